@@ -1,0 +1,253 @@
+"""The dm_control suite on two physics backends, behind one functional API.
+
+    from common import envs
+    env = envs.make("humanoid_walk", backend="native")   # or "mjx", "auto"
+    state = env.reset(key)                  # one env; vmap for many
+    state = env.step(state, action)         # action in [-1, 1]^action_size
+
+Each task keeps dm_control's meaning: its XML, control timestep and substeps,
+flattened observation (same order), reward, 1000-step limit, and initial-state
+distribution (a pool of states made by dm_control's own `initialize_episode`,
+gathered inside the compiled program at reset).
+
+`terminated` means the task ended (bootstrap value 0); reaching the step limit
+is `truncated` (bootstrap from `info["final_obs"]`). Finished episodes reset
+automatically inside `step`: `obs` is then the first observation of the next
+episode and `info["final_obs"]` the true last one of the finished episode.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common.errors import UserError
+from common.envs.base import Fields, Task, flatten, tolerance  # noqa: F401
+
+BACKENDS = ("auto", "native", "mjx")
+_REGISTRY: Dict[str, Tuple[str, str, type]] = {}
+
+
+def register(domain: str, task: str, cls: type) -> None:
+    _REGISTRY[f"{domain}_{task}"] = (domain, task, cls)
+
+
+def names() -> Tuple[str, ...]:
+    """Every registered task, `<domain>_<task>`."""
+    _load_suite()
+    return tuple(sorted(_REGISTRY))
+
+
+def _load_suite() -> None:
+    from common.envs import suite  # noqa: F401  (registers the tasks)
+
+
+class EnvState(NamedTuple):
+    physics: Any          # native: float64 state row as uint32 pairs; mjx: mjx.Data
+    task: jnp.ndarray     # per-episode task parameters (targets), float32
+    obs: jnp.ndarray
+    reward: jnp.ndarray
+    terminated: jnp.ndarray
+    truncated: jnp.ndarray
+    info: Dict[str, jnp.ndarray]
+
+
+def resolve_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "mjx" if jax.default_backend() != "cpu" else "native"
+    return backend
+
+
+def make(name: str, backend: str = "auto", pool_size: int = 1024, pool_seed: int = 0,
+         nthread: Optional[int] = None) -> "Env":
+    """Build task `name` on `backend` ("auto", "native" or "mjx")."""
+    _load_suite()
+    if name not in _REGISTRY:
+        raise UserError(f"unknown task {name!r}; valid tasks: {', '.join(names())}")
+    backend = resolve_backend(backend)
+    if pool_size < 1:
+        raise UserError(f"pool_size must be positive, got {pool_size}")
+    return Env(name, backend, pool_size, pool_seed, nthread)
+
+
+@functools.lru_cache(maxsize=None)
+def _dm_env(domain: str, task: str, seed: int):
+    from dm_control import suite
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return suite.load(domain, task, task_kwargs={"random": seed})
+
+
+@functools.lru_cache(maxsize=None)
+def _initial_pool(name: str, pool_size: int, pool_seed: int):
+    """float64 carried state rows and task parameters of `pool_size` dm_control resets."""
+    from common.envs.native import NativePhysics
+    domain, task, cls = _REGISTRY[name]
+    dm_env = _dm_env(domain, task, pool_seed)
+    t = cls(dm_env.physics.model.ptr, dm_env.task)
+    native = NativePhysics(dm_env.physics.model.ptr, 1, ())
+    rows, params = [], []
+    for _ in range(pool_size):
+        dm_env.reset()
+        rows.append(native.state_row(dm_env.physics.data.ptr))
+        params.append(np.asarray(t.episode_params(dm_env.physics), np.float64).reshape(-1))
+    return np.stack(rows), np.stack(params).astype(np.float32)
+
+
+class Env:
+    """One dm_control task on one backend. Methods are pure and vmappable."""
+
+    def __init__(self, name: str, backend: str, pool_size: int, pool_seed: int,
+                 nthread: Optional[int]):
+        from common.envs.native import NativePhysics, encode
+        domain, task_name, cls = _REGISTRY[name]
+        dm_env = _dm_env(domain, task_name, pool_seed)
+        self.name, self.backend = name, backend
+        self.model = dm_env.physics.model.ptr
+        self.task = cls(self.model, dm_env.task)
+        self.control_timestep = float(dm_env.control_timestep())
+        self.n_sub_steps = int(dm_env._n_sub_steps)
+        self.episode_length = int(dm_env._step_limit)
+        spec = dm_env.action_spec()
+        self.action_size = int(spec.shape[0])
+        self.action_low = np.asarray(spec.minimum, np.float32)
+        self.action_high = np.asarray(spec.maximum, np.float32)
+        fields = tuple(dict.fromkeys(("qpos", "qvel", *self.task.fields)))
+        self.native = NativePhysics(self.model, self.n_sub_steps, fields, nthread)
+
+        self._zero_action = jnp.zeros(self.action_size, jnp.float32)
+        rows, params = _initial_pool(name, pool_size, pool_seed)
+        self._pool_bits = jnp.asarray(encode(rows))
+        self._pool_task = jnp.asarray(params)
+        pool_fields = self.native.host_forward(encode(rows))
+        self._pool_obs = jax.jit(jax.vmap(self._observe_flat))(
+            jnp.asarray(pool_fields), self._pool_task)
+        self.observation_size = int(self._pool_obs.shape[-1])
+        if backend == "mjx":
+            from common.envs.mjx_backend import MjxPhysics
+            self.mjx = MjxPhysics(self.model, self.n_sub_steps, fields, name)
+            ns = self.native
+            f32 = rows.astype(np.float32)
+            self._pool_mjx = (jnp.asarray(f32[:, ns.qpos_slice()]), jnp.asarray(f32[:, ns.qvel_slice()]),
+                              jnp.asarray(f32[:, ns.warmstart_slice()]))
+
+    def __repr__(self) -> str:
+        return f"Env({self.name!r}, backend={self.backend!r})"
+
+    # -- task code, shared by both backends --------------------------------
+    def _fields(self, flat_or_dict, task_params, ctrl=None) -> Fields:
+        d = flat_or_dict if isinstance(flat_or_dict, dict) else self.native.split_fields(flat_or_dict)
+        d = Fields(d)
+        d["task"] = task_params
+        d["ctrl"] = self._zero_action if ctrl is None else ctrl
+        return d
+
+    def _observe_flat(self, flat, task_params):
+        return flatten(self.task.observe(self._fields(flat, task_params)))
+
+    # -- API ---------------------------------------------------------------
+    def _from_pool(self, idx):
+        if self.backend == "mjx":
+            qpos, qvel, ws = (p[idx] for p in self._pool_mjx)
+            physics = self.mjx.reset(qpos, qvel, jnp.zeros(self.model.na, jnp.float32), ws)
+        else:
+            physics = self._pool_bits[idx]
+        return physics, self._pool_task[idx], self._pool_obs[idx]
+
+    def reset(self, key: jax.Array) -> EnvState:
+        key, sub = jax.random.split(key)
+        idx = jax.random.randint(sub, (), 0, self._pool_obs.shape[0])
+        physics, task, obs = self._from_pool(idx)
+        zero = jnp.zeros((), jnp.float32)
+        info = {"final_obs": obs, "episode_return": zero, "episode_length": jnp.zeros((), jnp.int32),
+                "nonfinite": jnp.zeros((), jnp.int32), "key": key}
+        return EnvState(physics, task, obs, zero, jnp.zeros((), bool), jnp.zeros((), bool), info)
+
+    def step(self, state: EnvState, action: jnp.ndarray) -> EnvState:
+        action = jnp.clip(action.astype(jnp.float32), self.action_low, self.action_high)
+        if self.backend == "mjx":
+            physics, raw, bad = self.mjx.step(state.physics, action)
+        else:
+            physics, raw, bad = self.native.step(state.physics, action)
+        d = self._fields(raw, state.task, action)
+        obs = flatten(self.task.observe(d))
+        reward = jnp.asarray(self.task.reward(d), jnp.float32).reshape(())
+        terminated = jnp.asarray(self.task.terminate(d), bool).reshape(())
+        # A diverged simulation is reset and counted; its transition is cut
+        # (bootstrapped from the last finite observation), never fed as NaN.
+        bad = bad | ~jnp.isfinite(obs).all() | ~jnp.isfinite(reward)
+        obs = jnp.where(bad, state.obs, obs)
+        reward = jnp.where(bad, 0.0, reward)
+        terminated = terminated & ~bad
+
+        info = state.info
+        prev_done = state.terminated | state.truncated
+        length = jnp.where(prev_done, 0, info["episode_length"]) + 1
+        ret = jnp.where(prev_done, 0.0, info["episode_return"]) + reward
+        truncated = ((length >= self.episode_length) | bad) & ~terminated
+        done = terminated | truncated
+
+        key, sub = jax.random.split(info["key"])
+        idx = jax.random.randint(sub, (), 0, self._pool_obs.shape[0])
+        r_phys, r_task, r_obs = self._from_pool(idx)
+        pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(done, x, y), a, b)
+        info = {"final_obs": obs, "episode_return": ret, "episode_length": length,
+                "nonfinite": info["nonfinite"] + bad.astype(jnp.int32), "key": key}
+        return EnvState(pick(r_phys, physics), pick(r_task, state.task), pick(r_obs, obs),
+                        reward, terminated, truncated, info)
+
+    def qpos(self, state: EnvState) -> jnp.ndarray:
+        if self.backend == "mjx":
+            return state.physics.qpos
+        return self._decode(state.physics, self.native.qpos_slice())
+
+    def qvel(self, state: EnvState) -> jnp.ndarray:
+        if self.backend == "mjx":
+            return state.physics.qvel
+        return self._decode(state.physics, self.native.qvel_slice())
+
+    @staticmethod
+    def _decode(bits, sl: slice):
+        from common.envs.native import bits_to_float32
+        return bits_to_float32(bits[..., 2 * sl.start:2 * sl.stop])
+
+    def init_state(self, qpos, qvel, warmstart=None, task_params=None,
+                   key: Optional[jax.Array] = None) -> EnvState:
+        """Start an episode from a given physics state (dm_control's reset-time
+        forward runs on it). float64 numpy input is kept bit-exact on native."""
+        from common.envs.native import encode, float32_to_bits
+        ns = self.native
+        task = self._pool_task[0] if task_params is None else jnp.asarray(task_params, jnp.float32)
+        key = jax.random.PRNGKey(0) if key is None else key
+        concrete = all(isinstance(x, np.ndarray) or x is None for x in (qpos, qvel, warmstart))
+        if self.backend == "native":
+            if concrete:
+                row = np.zeros(ns.nstate)
+                row[ns.qpos_slice()] = qpos
+                row[ns.qvel_slice()] = qvel
+                if warmstart is not None:
+                    row[ns.warmstart_slice()] = warmstart
+                physics = jnp.asarray(encode(row))
+            else:
+                physics = jnp.zeros(2 * ns.nstate, jnp.uint32)
+                for sl, v in ((ns.qpos_slice(), qpos), (ns.qvel_slice(), qvel),
+                              (ns.warmstart_slice(), warmstart)):
+                    if v is not None:
+                        physics = physics.at[2 * sl.start:2 * sl.stop].set(float32_to_bits(jnp.asarray(v)))
+            raw = ns.forward(physics)
+        else:
+            ws = jnp.zeros(self.model.nv, jnp.float32) if warmstart is None else warmstart
+            physics = self.mjx.reset(jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32),
+                                     jnp.zeros(self.model.na, jnp.float32), jnp.asarray(ws, jnp.float32))
+            raw = self.mjx.forward(physics)
+        obs = flatten(self.task.observe(self._fields(raw, task)))
+        zero = jnp.zeros((), jnp.float32)
+        info = {"final_obs": obs, "episode_return": zero, "episode_length": jnp.zeros((), jnp.int32),
+                "nonfinite": jnp.zeros((), jnp.int32), "key": key}
+        return EnvState(physics, task, obs, zero, jnp.zeros((), bool), jnp.zeros((), bool), info)

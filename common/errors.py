@@ -1,0 +1,19 @@
+"""User mistakes end with one clear line and exit status 2, never a traceback."""
+import sys
+
+
+class UserError(ValueError):
+    """A mistake in what the user asked for (bad task, backend, shape, budget)."""
+
+
+def exit_on_user_error(fn):
+    """Decorator for `main()`: print a UserError as one line and exit 2."""
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2)
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
