@@ -1,0 +1,295 @@
+"""The agent protocol: what every algos/<name>.py shares.
+
+Each script provides `Config` (frozen dataclass, tyro), `make_train(config)`
+returning `train(key)`, `make_act(config, env)` and `main()`. This module
+holds the parts that are the same for all of them:
+
+- `Schedule`: the run cut into chunks of iterations; logs, evaluations and
+  checkpoints happen at chunk ends.
+- `make_runner`: the whole run as one XLA program, `run(state, start_chunk)`,
+  a scan over chunks. A chunk below `start_chunk` is skipped, so a resumed
+  run executes the very same compiled program as an uninterrupted one.
+- `evaluate`: deterministic-policy episodes with fixed keys.
+- `cli_main`: parse, validate, train, log, checkpoint, resume; user
+  mistakes end with one line and exit status 2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import sys
+import time
+from typing import Any, Callable, Dict, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common import checkpoint as ckpt
+from common.errors import UserError
+from common.logging import RunLogger, host_call, run_name
+
+SHARED_FIELDS = ("env", "backend", "num_envs", "num_seeds", "total_timesteps", "seed", "eval_every",
+                 "eval_episodes", "log_dir", "checkpoint_every", "resume")
+
+
+class Schedule(NamedTuple):
+    num_envs: int
+    chunk_iters: int       # iterations (one step of every env) per chunk
+    num_chunks: int
+    eval_every: int        # in chunks (0: only at the end)
+    checkpoint_every: int  # in chunks (0: only at the end)
+
+    @property
+    def steps_per_chunk(self) -> int:
+        return self.chunk_iters * self.num_envs
+
+    @property
+    def total_steps(self) -> int:
+        return self.num_chunks * self.steps_per_chunk
+
+
+def make_schedule(config, log_every: int = 1000, iters_per_step_unit: int = 1) -> Schedule:
+    """Chunks of about `log_every` env steps; eval/checkpoint intervals
+    rounded to whole chunks. `iters_per_step_unit`: iterations must be a
+    multiple of this (PPO's rollout length, a fractional update period)."""
+    check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes")
+    for name in ("eval_every", "checkpoint_every"):
+        if getattr(config, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: only at the end)")
+    unit = config.num_envs * iters_per_step_unit
+    chunk_iters = max(1, round(log_every / unit)) * iters_per_step_unit
+    steps_per_chunk = chunk_iters * config.num_envs
+    if config.total_timesteps < steps_per_chunk:
+        raise UserError(f"--total-timesteps {config.total_timesteps} is smaller than one chunk of "
+                        f"{steps_per_chunk} env steps ({config.num_envs} envs)")
+    num_chunks = config.total_timesteps // steps_per_chunk
+    every = lambda n: 0 if n == 0 else max(1, round(n / steps_per_chunk))
+    return Schedule(config.num_envs, chunk_iters, num_chunks, every(config.eval_every),
+                    every(config.checkpoint_every))
+
+
+def check_positive(config, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
+
+
+class Hooks(NamedTuple):
+    """Host functions called from inside the compiled run."""
+    log: Callable[[tuple, Any, Dict[str, np.ndarray]], None]
+    checkpoint: Callable[[tuple, Any, Any], None]
+
+
+def _reduce(metrics: Dict[str, jnp.ndarray]) -> Dict[str, jnp.ndarray]:
+    """Per-iteration metrics of a chunk -> one scalar each. `sum/return` and
+    `sum/length` over `sum/episodes` give the mean finished-episode values."""
+    out = {k: jnp.nanmean(v) for k, v in metrics.items() if not k.startswith("sum/")}
+    if "sum/episodes" in metrics:
+        n = metrics["sum/episodes"].sum()
+        safe = jnp.maximum(n, 1)
+        out["charts/episode_return"] = jnp.where(n > 0, metrics["sum/return"].sum() / safe, jnp.nan)
+        out["charts/episode_length"] = jnp.where(n > 0, metrics["sum/length"].sum() / safe, jnp.nan)
+    return out
+
+
+def episode_metrics(env_state) -> Dict[str, jnp.ndarray]:
+    """Sums over envs of finished episodes this iteration, for `_reduce`."""
+    done = (env_state.terminated | env_state.truncated).astype(jnp.float32)
+    return {"sum/episodes": done.sum(),
+            "sum/return": (done * env_state.info["episode_return"]).sum(),
+            "sum/length": (done * env_state.info["episode_length"]).sum()}
+
+
+def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
+                hooks: Optional[Hooks]) -> Callable:
+    """run(state, start_chunk) -> (state, history): the scan over chunks.
+
+    iteration(state, i) -> (state, metrics) with i the global iteration index
+    (unbatched under vmap, so conds on it stay real branches).
+    evaluate(state) -> mean evaluation return.
+    history holds one scalar per chunk and metric (bounded by the number of
+    chunks, never per env step)."""
+    L = schedule.chunk_iters
+
+    def metrics_of(state):
+        s, m = jax.lax.scan(iteration, state, jnp.arange(1))
+        m = _reduce(m)
+        m["eval/episode_return"] = jnp.zeros((), jnp.float32)
+        return m
+
+    def run(state, start_chunk):
+        nan_metrics = jax.tree.map(lambda _: jnp.full((), jnp.nan, jnp.float32),
+                                   jax.eval_shape(metrics_of, state))
+
+        def do(carry, c):
+            state, token = carry
+            state, metrics = jax.lax.scan(iteration, state, c * L + jnp.arange(L))
+            metrics = _reduce(metrics)
+            last = c == schedule.num_chunks - 1
+            is_eval = last | ((schedule.eval_every > 0) & ((c + 1) % max(schedule.eval_every, 1) == 0))
+            metrics["eval/episode_return"] = jax.lax.cond(
+                is_eval, evaluate, lambda s: jnp.full((), jnp.nan, jnp.float32), state)
+            if hooks is not None:
+                step = (c + 1) * schedule.steps_per_chunk
+                token = token + host_call(hooks.log, step, metrics)
+                is_ckpt = last | ((schedule.checkpoint_every > 0)
+                                  & ((c + 1) % max(schedule.checkpoint_every, 1) == 0))
+                token = token + jax.lax.cond(
+                    is_ckpt, lambda s: host_call(hooks.checkpoint, c, s),
+                    lambda s: jnp.zeros((), jnp.int32), state)
+            return (state, token), metrics
+
+        def chunk(carry, c):
+            return jax.lax.cond(c >= start_chunk, do, lambda carry, c: (carry, nan_metrics), carry, c)
+
+        (state, token), history = jax.lax.scan(chunk, (state, jnp.zeros((), jnp.int32)),
+                                               jnp.arange(schedule.num_chunks))
+        # returned so that XLA keeps the host calls (it drops unused pure callbacks)
+        history["host_calls"] = token
+        return state, history
+
+    return run
+
+
+def evaluate(env, act: Callable, params, obs_transform: Callable, key: jax.Array,
+             episodes: int) -> jnp.ndarray:
+    """Mean return of `episodes` full episodes of the deterministic policy,
+    run in parallel from fixed reset keys."""
+    keys = jax.random.split(key, episodes)
+    state = jax.vmap(env.reset)(keys)
+
+    def step(carry, _):
+        state, total = carry
+        action = jax.vmap(lambda o: act(params, obs_transform(o), None, True))(state.obs)
+        state = jax.vmap(env.step)(state, action)
+        return (state, total + state.reward), None
+
+    (_, total), _ = jax.lax.scan(step, (state, jnp.zeros(episodes)), None, length=env.episode_length)
+    return total.mean()
+
+
+# --------------------------------------------------------------------------- CLI
+
+def available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(nbytes: int, what: str) -> None:
+    """Refuse before compiling a run that cannot fit (device memory on an
+    accelerator, host memory on CPU)."""
+    dev = jax.devices()[0]
+    limit = None
+    if dev.platform != "cpu":
+        stats = dev.memory_stats() or {}
+        limit = stats.get("bytes_limit")
+    limit = limit or available_memory()
+    if nbytes > 0.9 * limit:
+        raise UserError(f"{what} needs about {nbytes / 2**30:.1f} GiB but only {limit / 2**30:.1f} GiB "
+                        f"is available on {dev.platform}; lower --buffer-size, --num-envs or --num-seeds")
+
+
+def cli_main(algo: str, config_cls, make_train: Callable, argv=None) -> Any:
+    import tyro
+    from common import envs
+    config = tyro.cli(config_cls, args=argv, description=sys.modules[make_train.__module__].__doc__)
+    envs.resolve_backend(config.backend)
+    if config.env not in envs.names():
+        raise UserError(f"unknown task {config.env!r}; valid tasks: {', '.join(envs.names())}")
+
+    header = None
+    if config.resume:
+        header = ckpt.read_header(config.resume)
+        for key, want in (("algo", algo), ("env", config.env)):
+            if header.get(key) != want:
+                raise UserError(f"checkpoint {config.resume!r} is for {key}={header.get(key)!r}, "
+                                f"not {want!r}")
+    trainer = make_train(config, hooks=_PendingHooks())  # validates sizes and memory
+    env = trainer.env
+    print(f"{algo} on {config.env}: backend {env.backend}, {config.num_seeds} seed(s) x "
+          f"{config.num_envs} env(s), {trainer.schedule.total_steps} env steps per seed")
+
+    keys = jax.random.split(jax.random.PRNGKey(config.seed), config.num_seeds)
+    init = jax.jit(jax.vmap(trainer.init))
+    start_chunk = 0
+    if header is not None:
+        template = jax.eval_shape(init, keys)
+        states, header = ckpt.load(config.resume, template, {
+            "algo": algo, "env": config.env, "num_seeds": config.num_seeds})
+        start_chunk = int(header["chunk"]) + 1
+        run_dir = header["run_dir"]
+        print(f"resuming {run_dir} after chunk {start_chunk} of {trainer.schedule.num_chunks}")
+    else:
+        run_dir = os.path.join(config.log_dir, run_name(config.env, algo, config.seed))
+    created = not os.path.exists(run_dir)
+    logger = RunLogger(run_dir, config, trainer.schedule.total_steps,
+                       [config.seed + i for i in range(config.num_seeds)])
+    ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
+
+    def log(lead, step, metrics):
+        logger.write(int(np.asarray(step).reshape(-1)[0]), metrics)
+
+    def save(lead, chunk, state):
+        c = int(np.asarray(chunk).reshape(-1)[0])
+        ckpt.save(ckpt_path, state, {"algo": algo, "env": config.env, "num_seeds": config.num_seeds,
+                                     "chunk": c, "run_dir": run_dir,
+                                     "config": dataclasses.asdict(config)})
+
+    trainer.hooks.bind(Hooks(log, save))
+    try:
+        if header is None:
+            states = init(keys)
+        run = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), donate_argnums=0)
+        t0 = time.time()
+        states, history = run(states, start_chunk)
+        jax.block_until_ready(states)
+    except BaseException:
+        logger.close()
+        if created and header is None and not os.path.exists(ckpt_path):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    logger.close()
+    final = np.asarray(history["eval/episode_return"])[:, -1]
+    print(f"done in {time.time() - t0:.0f}s: final eval return {np.mean(final):.1f} "
+          f"(per seed {np.round(final, 1).tolist()}); logs and checkpoint in {run_dir}")
+    return states, history
+
+
+class _PendingHooks:
+    """Hooks whose host functions are bound after the run directory exists."""
+
+    def __init__(self):
+        self.target: Optional[Hooks] = None
+
+    def bind(self, hooks: Hooks) -> None:
+        self.target = hooks
+
+    @property
+    def log(self):
+        return lambda *a: self.target.log(*a)
+
+    @property
+    def checkpoint(self):
+        return lambda *a: self.target.checkpoint(*a)
+
+
+class Train:
+    """What make_train returns: `train(key)` runs a whole run for one seed
+    (vmap it over seeds). Its parts are exposed for the CLI and tools:
+    `init(key) -> state`, `run(state, start_chunk) -> (state, history)`,
+    the env, the schedule and the hooks."""
+
+    def __init__(self, env, schedule: Schedule, init: Callable, run: Callable, hooks=None):
+        self.env, self.schedule, self.init, self.run, self.hooks = env, schedule, init, run, hooks
+
+    def __call__(self, key: jax.Array):
+        return self.run(self.init(key), 0)

@@ -1,0 +1,88 @@
+"""Live logs from inside the compiled run.
+
+`host_call` sends arrays to a Python function once per execution for the
+whole vmapped batch (seeds, sweep members): JAX's debug callbacks would call
+it once per batch element instead. The returned int32 token must be consumed
+(added to a counter in the carry) so XLA keeps the call.
+
+`RunLogger` writes TensorBoard event files (tensorboardX), one stream per
+seed under runs/<env>__<algo>__<seed>__<time>/, saves the resolved config
+beside them, and draws a console progress bar.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def host_call(fn: Callable[..., None], *args) -> jnp.ndarray:
+    """Run fn(lead_shape, *numpy_args) on the host; returns a token (0)."""
+    probe = jnp.zeros((), jnp.int32)
+
+    def host(probe, *a):
+        fn(probe.shape, *a)
+        return np.zeros(probe.shape, np.int32)
+
+    return jax.pure_callback(host, jax.ShapeDtypeStruct((), jnp.int32), probe, *args,
+                             vmap_method="broadcast_all")
+
+
+def run_name(env: str, algo: str, seed: int) -> str:
+    return f"{env}__{algo}__{seed}__{int(time.time())}"
+
+
+class RunLogger:
+    """Receives per-chunk metrics of all seeds; one TensorBoard stream each."""
+
+    def __init__(self, run_dir: str, config: Any, total_steps: int, seeds: list,
+                 quiet: bool = False):
+        from tensorboardX import SummaryWriter
+        self.run_dir = run_dir
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump(dataclasses.asdict(config), f, indent=2, sort_keys=True)
+        self.writers = [SummaryWriter(os.path.join(run_dir, f"seed_{s}")) for s in seeds]
+        self.total_steps = total_steps
+        self.quiet = quiet
+        self.start = time.time()
+        self.start_step: Optional[int] = None
+        self.last_return = float("nan")
+        self.last_eval = float("nan")
+
+    def write(self, step: int, metrics: Dict[str, np.ndarray]) -> None:
+        """metrics: name -> array of shape [num_seeds] (NaN: nothing to log)."""
+        if self.start_step is None:
+            self.start_step = step
+            self.start = time.time()
+        elapsed = max(time.time() - self.start, 1e-9)
+        sps = (step - self.start_step) / elapsed
+        for i, w in enumerate(self.writers):
+            for name, values in metrics.items():
+                v = float(np.asarray(values).reshape(-1)[i])
+                if np.isfinite(v):
+                    w.add_scalar(name, v, step)
+            w.add_scalar("charts/sps", sps, step)
+        for name, attr in (("charts/episode_return", "last_return"), ("eval/episode_return", "last_eval")):
+            if name in metrics and np.isfinite(np.asarray(metrics[name])).any():
+                setattr(self, attr, float(np.nanmean(metrics[name])))
+        if not self.quiet:
+            frac = min(step / max(self.total_steps, 1), 1.0)
+            bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
+            sys.stdout.write(f"\r[{bar}] {step:>9d}/{self.total_steps} steps  {sps:7.0f} steps/s  "
+                             f"return {self.last_return:8.1f}  eval {self.last_eval:8.1f}")
+            sys.stdout.flush()
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.flush()
+            w.close()
+        if not self.quiet:
+            sys.stdout.write("\n")

@@ -1,0 +1,125 @@
+"""Replay inside the compiled program: one ring buffer of rows per env stream.
+
+Row t holds what env e saw and did at its step t (obs, action, reward, flags),
+so each observation is stored once: the next observation of row t is row
+t+1's, except where the episode ended at t; that true final observation goes
+to a small side store (`final_*`). Sampling is O(batch) and returns n-step
+windows that stop at episode ends:
+
+    G = sum_{k<m} gamma^k r_{t+k},  bootstrap gamma^m * (1 - terminated) * V(s_{t+m})
+
+where m <= n is cut at the first terminated or truncated step, and s_{t+m}
+is that episode's true final observation when the window was cut.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Replay(NamedTuple):
+    obs: jnp.ndarray          # [C, E, D]
+    action: jnp.ndarray       # [C, E, A]
+    reward: jnp.ndarray       # [C, E]
+    terminated: jnp.ndarray   # [C, E] bool
+    truncated: jnp.ndarray    # [C, E] bool
+    final_slot: jnp.ndarray   # [C, E] int32: side-store slot of a row that ended an episode
+    final_obs: jnp.ndarray    # [F, E, D] true final observations
+    final_row: jnp.ndarray    # [F, E] int32: the row each slot belongs to (-1: empty)
+    final_count: jnp.ndarray  # [E] int32
+    pos: jnp.ndarray          # int32: next row to write
+    size: jnp.ndarray         # int32: rows written, at most C
+
+
+class Batch(NamedTuple):
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    reward: jnp.ndarray       # n-step discounted return
+    discount: jnp.ndarray     # gamma^m, or 0 after a termination
+    next_obs: jnp.ndarray     # s_{t+m}
+    mask: jnp.ndarray         # 1.0, or 0.0 where a final observation was overwritten
+
+
+def final_slots(rows: int, episode_length: int) -> int:
+    """Side-store size: room for every episode end among `rows` rows when
+    episodes run to the time limit, plus slack for early ends."""
+    return max(4, 2 * (rows // max(episode_length, 1)) + 4)
+
+
+def init(rows: int, num_envs: int, obs_size: int, action_size: int, num_final: int) -> Replay:
+    C, E, F = rows, num_envs, num_final
+    return Replay(
+        obs=jnp.zeros((C, E, obs_size), jnp.float32),
+        action=jnp.zeros((C, E, action_size), jnp.float32),
+        reward=jnp.zeros((C, E), jnp.float32),
+        terminated=jnp.zeros((C, E), bool),
+        truncated=jnp.zeros((C, E), bool),
+        final_slot=jnp.zeros((C, E), jnp.int32),
+        final_obs=jnp.zeros((F, E, obs_size), jnp.float32),
+        final_row=jnp.full((F, E), -1, jnp.int32),
+        final_count=jnp.zeros((E,), jnp.int32),
+        pos=jnp.zeros((), jnp.int32),
+        size=jnp.zeros((), jnp.int32),
+    )
+
+
+def nbytes(rows: int, num_envs: int, obs_size: int, action_size: int, num_final: int) -> int:
+    per_row = num_envs * (4 * (obs_size + action_size + 1) + 2 + 4)
+    return rows * per_row + num_final * num_envs * (4 * obs_size + 4)
+
+
+def add(buf: Replay, obs, action, reward, terminated, truncated, final_obs) -> Replay:
+    """Write one step of every env (arrays with leading dim E) at row `pos`."""
+    p = buf.pos
+    E = obs.shape[0]
+    envs = jnp.arange(E)
+    done = terminated | truncated
+    slot = buf.final_count % buf.final_obs.shape[0]
+    keep = lambda new, old: jnp.where(done.reshape((E,) + (1,) * (new.ndim - 1)), new, old)
+    return buf._replace(
+        obs=buf.obs.at[p].set(obs),
+        action=buf.action.at[p].set(action),
+        reward=buf.reward.at[p].set(reward),
+        terminated=buf.terminated.at[p].set(terminated),
+        truncated=buf.truncated.at[p].set(truncated),
+        final_slot=buf.final_slot.at[p].set(slot),
+        final_obs=buf.final_obs.at[slot, envs].set(keep(final_obs, buf.final_obs[slot, envs])),
+        final_row=buf.final_row.at[slot, envs].set(keep(jnp.full((E,), p), buf.final_row[slot, envs])),
+        final_count=buf.final_count + done.astype(jnp.int32),
+        pos=(p + 1) % buf.obs.shape[0],
+        size=jnp.minimum(buf.size + 1, buf.obs.shape[0]),
+    )
+
+
+def can_sample(buf: Replay, n_step: int) -> jnp.ndarray:
+    return buf.size > n_step
+
+
+def sample(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> Batch:
+    """n-step transitions, uniformly over rows whose window is fully stored."""
+    C, E = buf.reward.shape
+    k_row, k_env = jax.random.split(key)
+    oldest = (buf.pos - buf.size) % C
+    # the window t..t+n needs obs[t+n] stored: t + n <= newest row
+    u = jax.random.randint(k_row, (batch_size,), 0, jnp.maximum(buf.size - n_step, 1))
+    t = (oldest + u) % C
+    e = jax.random.randint(k_env, (batch_size,), 0, E)
+    rows = (t[:, None] + jnp.arange(n_step)[None, :]) % C          # [B, n]
+    r = buf.reward[rows, e[:, None]]
+    term = buf.terminated[rows, e[:, None]]
+    done = term | buf.truncated[rows, e[:, None]]
+    # alive[k]: no episode end among steps t..t+k-1, so step k counts
+    alive = jnp.cumprod(jnp.concatenate([jnp.ones((batch_size, 1), bool), ~done[:, :-1]], 1), 1)
+    gammas = gamma ** jnp.arange(n_step, dtype=jnp.float32)
+    ret = jnp.sum(alive * gammas * r, axis=1)
+    m = jnp.sum(alive, axis=1)                                       # steps counted, 1..n
+    last = (t + m - 1) % C
+    cut = done[jnp.arange(batch_size), m - 1]
+    slot = buf.final_slot[last, e]
+    next_obs = jnp.where(cut[:, None], buf.final_obs[slot, e], buf.obs[(t + m) % C, e])
+    terminal = term[jnp.arange(batch_size), m - 1]
+    discount = jnp.where(terminal, 0.0, gamma ** m.astype(jnp.float32))
+    mask = jnp.where(cut, buf.final_row[slot, e] == last, True).astype(jnp.float32)
+    return Batch(buf.obs[t, e], buf.action[t, e], ret, discount, next_obs, mask)
