@@ -13,9 +13,16 @@ _SPIN_VELOCITY = 15.0
 
 
 class Spin(Task):
-    # dm_control's Spin also sets the hinge damping to .03 in the model; that
-    # write is the same every episode, so it stays in the shared model.
     fields = ("qpos", "qvel", "sensordata")
+    # dm_control's Spin sets this in the model at every reset. It is the same
+    # each episode, so it is written once here, before a backend copies the
+    # model (the native reset-time forward and MJX would otherwise keep the XML's .5).
+    hinge_damping = .03
+
+    def __init__(self, model, dm_task):
+        super().__init__(model, dm_task)
+        if self.hinge_damping is not None:
+            model.dof_damping[model.jnt_dofadr[self.id("joint", "hinge")]] = self.hinge_damping
 
     def _xz(self, d, name):
         return self.sensor(d, name)[jnp.array([0, 2])]
@@ -38,6 +45,7 @@ class Spin(Task):
 
 class Turn(Spin):
     num_task_params = 2  # target (x, z) relative to the hinge
+    hinge_damping = None  # Turn keeps the XML's
 
     def episode_params(self, physics):
         return physics.target_position()
