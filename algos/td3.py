@@ -167,7 +167,8 @@ def hparams(config: Config) -> HParams:
 # ----------------------------------------------------------------------------- Training
 
 def validate(config: Config) -> None:
-    agent.check_positive(config, "buffer_size", "batch_size", "n_step", "policy_delay",
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "buffer_size", "batch_size", "n_step", "policy_delay",
                          "updates_per_step")
     if min(config.hidden_sizes, default=0) <= 0:
         raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
@@ -176,6 +177,21 @@ def validate(config: Config) -> None:
     if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
         raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an update "
                         f"within --total-timesteps {config.total_timesteps}")
+
+
+def smoothed_target_action(target_actor_action, key, hp: HParams, low, high):
+    """Target policy smoothing: clipped Gaussian noise (in units of half the
+    action range), then clipped to the action bounds."""
+    scale = (high - low) / 2
+    noise = jnp.clip(jax.random.normal(key, target_actor_action.shape) * hp.policy_noise,
+                     -hp.noise_clip, hp.noise_clip) * scale
+    return jnp.clip(target_actor_action + noise, low, high)
+
+
+def td_target(reward, discount, twin_next_q):
+    """Clipped double-Q: the smaller of the two target critics. `discount` is
+    gamma^m, or 0 after a termination (never after a truncation)."""
+    return reward + discount * twin_next_q.min(0)
 
 
 def update_period(config: Config) -> Tuple[int, int]:
@@ -237,12 +253,10 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         obs = obs_in(state.obs_stats, batch.obs)
         next_obs = obs_in(state.obs_stats, batch.next_obs)
 
-        # Target policy smoothing: clipped noise, then clip to the action bounds.
-        noise = jnp.clip(jax.random.normal(k_noise, batch.action.shape) * hp.policy_noise,
-                         -hp.noise_clip, hp.noise_clip) * scale
-        next_action = jnp.clip(to_env(actor.apply(state.actor_target, next_obs)) + noise, low, high)
-        next_q = critic.apply(state.critic_target, next_obs, next_action).min(0)
-        target = batch.reward + batch.discount * next_q
+        next_action = smoothed_target_action(to_env(actor.apply(state.actor_target, next_obs)),
+                                             k_noise, hp, low, high)
+        target = td_target(batch.reward, batch.discount,
+                           critic.apply(state.critic_target, next_obs, next_action))
 
         def critic_loss(params):
             q = critic.apply(params, obs, batch.action)

@@ -60,6 +60,7 @@ def make_schedule(config, log_every: int = 1000, iters_per_step_unit: int = 1) -
         if getattr(config, name) < 0:
             raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: only at the end)")
     unit = config.num_envs * iters_per_step_unit
+    log_every = min(log_every, config.total_timesteps)
     chunk_iters = max(1, round(log_every / unit)) * iters_per_step_unit
     steps_per_chunk = chunk_iters * config.num_envs
     if config.total_timesteps < steps_per_chunk:

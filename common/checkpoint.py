@@ -88,6 +88,8 @@ def load(path: str, template: Any, expect: Dict[str, Any]) -> Tuple[Any, Dict[st
                                     f"{a.dtype}{list(a.shape)}, this configuration needs "
                                     f"{np.dtype(t.dtype)}{list(np.shape(t))}")
                 leaves.append(a)
+    except UserError:
+        raise
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise UserError(f"unreadable checkpoint {path!r} ({type(e).__name__})") from None
     return jax.tree_util.tree_unflatten(treedef, leaves), header
