@@ -7,6 +7,16 @@ and an mj_step1-equivalent stage with the GIL released on `nthread` threads,
 and copies out the fields the task reads. Results are bit-identical to one
 MjData per env, so trajectories match dm_control's exactly.
 
+A control step is dm_control's: `n_sub_steps` mj_step, then the position and
+velocity stages (mj_step1) at the new state for the observation. For batches
+of at least SPLIT_MIN envs, that last stage runs in a second call on a copy of
+the model with constraints and passive forces switched off, when the task
+reads only fields that do not depend on them (kinematics, position and
+velocity sensors): the same arithmetic on the same inputs, so the same bits,
+without collision detection, which costs a cheap model like cheetah's over a
+third of a step. Acceleration-stage sensors keep the values of the last
+substep, as in MuJoCo.
+
 The physics state lives in JAX as the float64 state row viewed as uint32
 pairs (x64 stays off): rounding it to float32 between steps would drift.
 """
@@ -32,6 +42,28 @@ CARRIED = (S.mjSTATE_TIME, S.mjSTATE_QPOS, S.mjSTATE_QVEL, S.mjSTATE_ACT, S.mjST
 CARRIED_SPEC = int(sum(int(c) for c in CARRIED))
 BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
                 mujoco.mjtWarning.mjWARN_BADQACC)
+MAXVAL = 1e10  # mjMAXVAL: mj_checkPos/mj_checkVel reject a state beyond it
+VEL = int(mujoco.mjtStage.mjSTAGE_VEL)
+SPLIT_MIN = 64  # smaller batches do the observation stage in the step's own call
+
+# mjData fields of the position and velocity stages that depend neither on
+# constraints (contacts, limits, equalities) nor on passive forces, so that the
+# observation stage may recompute them without those.
+_KINEMATIC_FIELDS = frozenset((
+    "qpos", "qvel", "act", "time", "mocap_pos", "mocap_quat", "userdata",
+    "xpos", "xquat", "xmat", "xipos", "ximat", "xanchor", "xaxis", "geom_xpos", "geom_xmat",
+    "site_xpos", "site_xmat", "cam_xpos", "cam_xmat", "light_xpos", "light_xdir",
+    "subtree_com", "cinert", "cdof", "cvel", "cdof_dot", "ten_length", "ten_velocity",
+    "actuator_length", "actuator_velocity", "sensordata"))
+_T = mujoco.mjtSensor
+# Position/velocity sensors computed from kinematics alone.
+_KINEMATIC_SENSORS = frozenset(int(t) for t in (
+    _T.mjSENS_MAGNETOMETER, _T.mjSENS_JOINTPOS, _T.mjSENS_JOINTVEL, _T.mjSENS_TENDONPOS,
+    _T.mjSENS_TENDONVEL, _T.mjSENS_ACTUATORPOS, _T.mjSENS_ACTUATORVEL, _T.mjSENS_BALLQUAT,
+    _T.mjSENS_BALLANGVEL, _T.mjSENS_FRAMEPOS, _T.mjSENS_FRAMEQUAT, _T.mjSENS_FRAMEXAXIS,
+    _T.mjSENS_FRAMEYAXIS, _T.mjSENS_FRAMEZAXIS, _T.mjSENS_FRAMELINVEL, _T.mjSENS_FRAMEANGVEL,
+    _T.mjSENS_SUBTREECOM, _T.mjSENS_SUBTREELINVEL, _T.mjSENS_SUBTREEANGMOM, _T.mjSENS_VELOCIMETER,
+    _T.mjSENS_GYRO, _T.mjSENS_CLOCK))
 
 
 def default_threads() -> int:
@@ -90,7 +122,7 @@ class NativePhysics:
         self.n_sub_steps = int(n_sub_steps)
         self.fields = tuple(fields)
         self.nthread = nthread or default_threads()
-        self._batches: Dict[Tuple[int, bool], mjbatch.Batch] = {}
+        self._batches: Dict[Tuple[int, str], mjbatch.Batch] = {}
         self._lock = threading.Lock()
         probe = mjbatch.Batch(model, 1, nthread=1)
         cols = []
@@ -99,6 +131,10 @@ class NativePhysics:
             cols.extend(range(off, off + size))
         self.cols = np.asarray(cols)
         self.nstate = len(cols)
+        # a slice (a view, cheap to read and write) where the carried columns
+        # are contiguous in the batch's rows, as they are without mocap bodies
+        contiguous = len(cols) and cols == list(range(cols[0], cols[0] + len(cols)))
+        self.cols_index = slice(cols[0], cols[0] + len(cols)) if contiguous else self.cols
         self.ctrl_cols = slice(*(lambda o, s: (o, o + s))(*probe._component(S.mjSTATE_CTRL)))
         data = mujoco.MjData(model)
         self.field_shapes = {f: np.shape(getattr(data, f)) for f in self.fields}
@@ -108,17 +144,48 @@ class NativePhysics:
         m2 = copy_model(model)
         m2.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
         self.forward_model = m2
+        # The observation stage (mj_step1 at the new state) on a model without
+        # constraints and passive forces, when the fields allow it (see above);
+        # else (split False) as part of the step on the model itself.
+        stage = model.sensor_needstage
+        acc = stage == int(mujoco.mjtStage.mjSTAGE_ACC)
+        kinematic = set(self.fields) <= _KINEMATIC_FIELDS and all(
+            a or int(t) in _KINEMATIC_SENSORS for a, t in zip(acc, model.sensor_type))
+        self.split = bool(kinematic and model.nplugin == 0)
+        # sensordata entries of acceleration-stage sensors come from the step
+        # itself (its last substep), the others from the observation stage.
+        self.acc_sensordata = np.concatenate(
+            [np.arange(a, a + d) for a, d, x in zip(model.sensor_adr, model.sensor_dim, acc) if x]
+            or [np.zeros(0, int)]).astype(np.intp)
+        k, self.field_offsets = 0, {}
+        for f in self.fields:
+            self.field_offsets[f] = k
+            k += self.field_sizes[f]
+        self.warning_ids = np.asarray([int(w) for w in BAD_WARNINGS])
 
     # -- host side ---------------------------------------------------------
-    def _batch(self, n: int, forward: bool) -> mjbatch.Batch:
-        key = (n, forward)
+    def _batch(self, n: int, kind: str) -> mjbatch.Batch:
+        """kind: "forward" (reset-time mj_forward), "step" (the substeps, plus
+        the observation stage when there is no stage model) or "stage"."""
+        key = (n, kind)
         if key not in self._batches:
-            model = self.forward_model if forward else self.model
+            model = {"forward": self.forward_model}.get(kind, self.model)
+            if kind == "stage":
+                model = copy_model(self.model)
+                D = mujoco.mjtDisableBit
+                model.opt.disableflags |= D.mjDSBL_CONSTRAINT | D.mjDSBL_SPRING | D.mjDSBL_DAMPER
             b = mjbatch.Batch(model, n, nthread=min(self.nthread, n))
-            for f in self.fields:  # outputs are copied only once bound
+            fields = self.fields
+            if kind == "step" and self._split(n):  # only acc-stage sensors
+                fields = ("sensordata",) if len(self.acc_sensordata) and "sensordata" in fields else ()
+            for f in fields:  # outputs are copied only once bound
                 b.bind(f)
             self._batches[key] = b
         return self._batches[key]
+
+    def _split(self, n: int) -> bool:
+        """Whether the observation stage runs on the stage model, in its own call."""
+        return self.split and n >= SPLIT_MIN
 
     def _collect(self, b: mjbatch.Batch, n: int) -> np.ndarray:
         out = np.empty((n, self.nfield), np.float32)
@@ -129,31 +196,49 @@ class NativePhysics:
             k += size
         return out
 
-    @staticmethod
-    def _warnings(b: mjbatch.Batch) -> np.ndarray:
+    def _warnings(self, b: mjbatch.Batch) -> np.ndarray:
         # warning rows are (lastinfo, number) per mjtWarning
-        return b.warning[:, [int(w) for w in BAD_WARNINGS], 1].copy()
+        return b.warning[:, self.warning_ids, 1]
 
-    def _bad(self, b: mjbatch.Batch, before: np.ndarray, state: np.ndarray) -> np.ndarray:
-        counts = self._warnings(b)
-        return (counts != before).any(-1) | ~np.isfinite(state).all(-1)
+    def _bad(self, b: mjbatch.Batch, state: np.ndarray) -> np.ndarray:
+        bad = (self._warnings(b) > 0).any(-1) | ~np.isfinite(state).all(-1)
+        # mj_step1's mj_checkPos/mj_checkVel at the new state: NaN or beyond
+        # mjMAXVAL (the stage model runs no checks)
+        qposvel = state[:, self.qpos_slice().start:self.qvel_slice().stop]
+        return bad | ~(np.abs(qposvel) <= MAXVAL).all(-1)
 
     def host_step(self, bits: np.ndarray, action: np.ndarray):
         lead = bits.shape[:-1]
         n = int(np.prod(lead, dtype=np.int64))
+        split = self._split(n)
         with self._lock:
-            b = self._batch(n, False)
-            b.state[:, self.cols] = decode(bits).reshape(n, self.nstate)
-            b.state[:, self.ctrl_cols] = np.asarray(action, np.float64).reshape(n, -1)
-            before = self._warnings(b)
+            b = self._batch(n, "step")
+            b.state[:, self.cols_index] = decode(bits).reshape(n, self.nstate)
+            b.state[:, self.ctrl_cols] = np.asarray(action).reshape(n, -1)
+            # A simulation's warning counters persist from call to call, and
+            # MuJoCo's reset of a diverged one sets them to 1 again: zero them
+            # so that they count this call's warnings alone.
+            b.warning[:] = 0
             try:
-                b.step(nstep=self.n_sub_steps, stage=int(mujoco.mjtStage.mjSTAGE_VEL))
+                b.step(nstep=self.n_sub_steps, stage=0 if split else VEL)
             except mjbatch.SimulationError:
                 pass  # failed sims keep their old state; flagged below as bad
-            new = b.state[:, self.cols]
-            bad = self._bad(b, before, new) | (b.status != 0)
-            fields = self._collect(b, n)
-            out_bits = encode(new)
+            new = b.state[:, self.cols_index]
+            bad = self._bad(b, new) | (b.status != 0)
+            if split:  # mj_step1's stages, on the stage model
+                s = self._batch(n, "stage")
+                s.state[:] = b.state
+                try:
+                    s.forward(stage=VEL)
+                except mjbatch.SimulationError:
+                    bad |= s.status != 0
+                fields = self._collect(s, n)
+                if len(self.acc_sensordata) and "sensordata" in self.fields:
+                    k = self.field_offsets["sensordata"]
+                    fields[:, k + self.acc_sensordata] = b.bind("sensordata")[:, self.acc_sensordata]
+            else:
+                fields = self._collect(b, n)
+            out_bits = encode(np.array(new))  # a copy: `new` may view the batch's rows
         return (out_bits.reshape(*lead, 2 * self.nstate), fields.reshape(*lead, self.nfield),
                 bad.reshape(lead))
 
@@ -162,7 +247,7 @@ class NativePhysics:
         lead = bits.shape[:-1]
         n = int(np.prod(lead, dtype=np.int64))
         with self._lock:
-            b = self._batch(n, True)
+            b = self._batch(n, "forward")
             b.state[:] = 0.0
             b.state[:, self.cols] = decode(bits).reshape(n, self.nstate)
             b.forward(stage=int(mujoco.mjtStage.mjSTAGE_ACC))
