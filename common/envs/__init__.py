@@ -89,7 +89,9 @@ def _initial_pool(name: str, pool_size: int, pool_seed: int):
     """float64 carried state rows and task parameters of `pool_size` dm_control resets."""
     from common.envs.native import NativePhysics
     domain, task, cls = _REGISTRY[name]
-    dm_env = _dm_env(domain, task, pool_seed)
+    # a fresh env, not the cached one: its first `pool_size` resets, whatever
+    # pools were built before in this process
+    dm_env = _dm_env.__wrapped__(domain, task, pool_seed)
     t = cls(dm_env.physics.model.ptr, dm_env.task)
     native = NativePhysics(dm_env.physics.model.ptr, 1, ())
     rows, params = [], []
@@ -182,7 +184,7 @@ class Env:
         # A diverged simulation is reset and counted; its transition is cut
         # (bootstrapped from the last finite observation), never fed as NaN.
         bad = bad | ~jnp.isfinite(obs).all() | ~jnp.isfinite(reward)
-        obs = jnp.where(bad, state.obs, obs)
+        obs = jnp.where(bad, jnp.nan_to_num(state.obs), obs)  # finite even if the last one was not
         reward = jnp.where(bad, 0.0, reward)
         terminated = terminated & ~bad
 
