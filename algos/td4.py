@@ -1,0 +1,412 @@
+"""TD4: Twin Delayed D4PG, fully compiled (single process).
+
+D4PG's categorical critic (Barth-Maron et al. 2018, arXiv:1804.08617) with
+TD3's three changes (Fujimoto et al. 2018, arXiv:1802.09477):
+- twin critics, with clipped double-Q done distributionally: per sample, the
+  target is the whole next-state distribution of the target critic whose mean
+  is lower, shifted by the n-step return and projected onto the support;
+- target policy smoothing (clipped Gaussian noise on the target action);
+- delayed policy and target updates (every `policy_delay` critic updates).
+Both critics learn by cross-entropy to the same target; the actor maximises
+the first critic's mean. n-step returns (default 5), Gaussian exploration
+noise, uniform replay (no prioritisation), one process.
+
+The default support [0, 100] fits dm_control rewards, in [0, 1] per step,
+with gamma 0.99.
+
+Acting in `num_envs` parallel envs, physics, replay, learning and evaluation
+run as one XLA program; `--num-seeds N` trains N independent seeds in it.
+
+Usage:
+    python algos/td4.py --env cheetah_run
+    python algos/td4.py --env humanoid_walk --num-seeds 4 --num-atoms 51
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dataclasses import dataclass
+from typing import NamedTuple, Optional, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from common import agent, envs, normalize, replay
+from common.errors import UserError, exit_on_user_error
+
+
+# ----------------------------------------------------------------------------- Config
+
+@dataclass(frozen=True)
+class Config:
+    env: str = "cheetah_run"
+    """dm_control task, <domain>_<task>"""
+    backend: str = "auto"
+    """physics backend: auto (mjx on an accelerator, else native), native or mjx"""
+    num_envs: int = 1
+    """parallel envs per seed"""
+    num_seeds: int = 1
+    """independent seeds trained at once in one program"""
+    total_timesteps: int = 1_000_000
+    """env steps per seed"""
+    seed: int = 1
+    """seed of the first run; the others get their own streams split from it"""
+    eval_every: int = 10_000
+    """env steps between evaluations (0: only at the end)"""
+    eval_episodes: int = 10
+    """deterministic episodes per evaluation"""
+    log_dir: str = "runs"
+    """where run directories (TensorBoard logs, config, checkpoint) go"""
+    checkpoint_every: int = 100_000
+    """env steps between checkpoints (0: only at the end)"""
+    resume: Optional[str] = None
+    """checkpoint file or run directory to continue"""
+
+    buffer_size: int = 1_000_000
+    """replay capacity in transitions (all envs of a seed together)"""
+    learning_starts: int = 10_000
+    """env steps of uniform random actions before learning starts"""
+    batch_size: int = 256
+    """transitions per update"""
+    updates_per_step: float = 1.0
+    """gradient updates per env step; fractions allowed (0.125: one per 8 steps)"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """Polyak averaging rate of the target networks"""
+    actor_lr: float = 3e-4
+    """actor learning rate (Adam)"""
+    critic_lr: float = 3e-4
+    """critic learning rate (Adam)"""
+    exploration_noise: float = 0.1
+    """std of the Gaussian exploration noise, in units of half the action range"""
+    policy_noise: float = 0.2
+    """std of the target smoothing noise, in units of half the action range"""
+    noise_clip: float = 0.5
+    """target smoothing noise is clipped to +-noise_clip"""
+    policy_delay: int = 2
+    """critic updates per actor and target update"""
+    n_step: int = 5
+    """n-step returns (windows stop at episode ends)"""
+    hidden_sizes: Tuple[int, ...] = (256, 256)
+    """hidden layer widths of actor and critics"""
+    critic_layer_norm: bool = False
+    """layer norm after each hidden layer of the critics"""
+    normalize_obs: bool = False
+    """normalise observations with running mean/std"""
+    num_atoms: int = 101
+    """atoms of the categorical critic's support"""
+    v_min: float = 0.0
+    """lowest return on the critic's support"""
+    v_max: float = 100.0
+    """highest return on the critic's support"""
+
+
+# ----------------------------------------------------------------------------- Networks
+
+class Actor(nn.Module):
+    hidden_sizes: Tuple[int, ...]
+    action_size: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h)(x))
+        return jnp.tanh(nn.Dense(self.action_size)(x))
+
+
+class Critic(nn.Module):
+    """Logits of the return distribution over the support: [..., num_atoms]."""
+    hidden_sizes: Tuple[int, ...]
+    layer_norm: bool
+    num_atoms: int
+
+    @nn.compact
+    def __call__(self, obs, action):
+        x = jnp.concatenate([obs, action], -1)
+        for h in self.hidden_sizes:
+            x = nn.Dense(h)(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
+            x = nn.relu(x)
+        return nn.Dense(self.num_atoms)(x)
+
+
+class TwinCritic(nn.Module):
+    """Two independent critics, evaluated together: logits have shape [2, ..., num_atoms]."""
+    hidden_sizes: Tuple[int, ...]
+    layer_norm: bool
+    num_atoms: int
+
+    @nn.compact
+    def __call__(self, obs, action):
+        twins = nn.vmap(Critic, variable_axes={"params": 0}, split_rngs={"params": True},
+                        in_axes=None, out_axes=0, axis_size=2)
+        return twins(self.hidden_sizes, self.layer_norm, self.num_atoms)(obs, action)
+
+
+# ----------------------------------------------------------------------------- State
+
+class HParams(NamedTuple):
+    """Float hyperparameters as traced values, so one program can vmap over them."""
+    gamma: jnp.ndarray
+    tau: jnp.ndarray
+    actor_lr: jnp.ndarray
+    critic_lr: jnp.ndarray
+    exploration_noise: jnp.ndarray
+    policy_noise: jnp.ndarray
+    noise_clip: jnp.ndarray
+    v_min: jnp.ndarray
+    v_max: jnp.ndarray
+
+
+class TrainState(NamedTuple):
+    actor_params: dict
+    critic_params: dict
+    actor_target: dict
+    critic_target: dict
+    actor_opt: optax.OptState
+    critic_opt: optax.OptState
+    env_state: envs.EnvState
+    replay: replay.Replay
+    obs_stats: normalize.RunningStats
+    hp: HParams
+    key: jax.Array
+    eval_key: jax.Array
+
+
+def hparams(config: Config) -> HParams:
+    return HParams(*(jnp.asarray(getattr(config, f), jnp.float32) for f in HParams._fields))
+
+
+# ----------------------------------------------------------------------------- Training
+
+def validate(config: Config) -> None:
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "buffer_size", "batch_size", "n_step", "policy_delay",
+                         "updates_per_step")
+    if config.num_atoms < 2:
+        raise UserError(f"--num-atoms must be at least 2, got {config.num_atoms}")
+    if not config.v_min < config.v_max:
+        raise UserError(f"--v-min {config.v_min} must be below --v-max {config.v_max}")
+    if min(config.hidden_sizes, default=0) <= 0:
+        raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
+    if config.batch_size > config.buffer_size:
+        raise UserError(f"--batch-size {config.batch_size} is larger than --buffer-size {config.buffer_size}")
+    if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
+        raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an update "
+                        f"within --total-timesteps {config.total_timesteps}")
+
+
+def smoothed_target_action(target_actor_action, key, hp: HParams, low, high):
+    """Target policy smoothing: clipped Gaussian noise (in units of half the
+    action range), then clipped to the action bounds."""
+    scale = (high - low) / 2
+    noise = jnp.clip(jax.random.normal(key, target_actor_action.shape) * hp.policy_noise,
+                     -hp.noise_clip, hp.noise_clip) * scale
+    return jnp.clip(target_actor_action + noise, low, high)
+
+
+def categorical_projection(reward, discount, probs, v_min, v_max):
+    """Project the distribution of reward + discount * Z onto the support
+    (C51's projection, Bellemare, Dabney and Munos 2017).
+
+    Z has probabilities `probs` [..., K] on K atoms evenly spaced on
+    [v_min, v_max]; reward and discount are [...]. Each shifted atom is
+    clipped to [v_min, v_max] and its mass split between the two nearest
+    atoms in proportion to closeness (all of it to an atom it lands on), so
+    the result [..., K] keeps the total mass. Written as a dense [K, K]
+    triangle-kernel product, with no scatter."""
+    K = probs.shape[-1]
+    support = jnp.linspace(v_min, v_max, K)
+    delta = (v_max - v_min) / (K - 1)
+    shifted = jnp.clip(reward[..., None] + discount[..., None] * support, v_min, v_max)
+    # weight[..., i, j]: share of shifted atom j that goes to support atom i
+    weight = jnp.clip(1 - jnp.abs(shifted[..., None, :] - support[:, None]) / delta, 0, 1)
+    return (weight * probs[..., None, :]).sum(-1)
+
+
+def clipped_double_q(twin_probs, support):
+    """Distributional clipped double-Q: per sample, the whole distribution
+    [..., K] of the critic (of twin_probs [2, ..., K]) whose mean is lower;
+    the first on a tie."""
+    means = (twin_probs * support).sum(-1)
+    return jnp.where((means[0] <= means[1])[..., None], twin_probs[0], twin_probs[1])
+
+
+def td_target(reward, discount, twin_next_logits, v_min, v_max):
+    """The categorical TD target: the lower-mean target critic's distribution
+    shifted by the n-step return, scaled by `discount` (gamma^m, or 0 after a
+    termination, never after a truncation) and projected onto the support."""
+    support = jnp.linspace(v_min, v_max, twin_next_logits.shape[-1])
+    probs = clipped_double_q(jax.nn.softmax(twin_next_logits), support)
+    return categorical_projection(reward, discount, probs, v_min, v_max)
+
+
+def update_period(config: Config) -> Tuple[int, int]:
+    """(updates per iteration, iterations per update); one of them is 1."""
+    per_iter = config.updates_per_step * config.num_envs
+    if per_iter >= 1:
+        if abs(per_iter - round(per_iter)) > 1e-6:
+            raise UserError(f"--updates-per-step x --num-envs must be a whole number, got {per_iter}")
+        return int(round(per_iter)), 1
+    period = 1 / per_iter
+    if abs(period - round(period)) > 1e-6:
+        raise UserError(f"1 / (--updates-per-step x --num-envs) must be a whole number, got {period}")
+    return 1, int(round(period))
+
+
+def make_train(config: Config, hooks=None) -> agent.Train:
+    validate(config)
+    env = envs.make(config.env, config.backend)
+    schedule = agent.make_schedule(config, iters_per_step_unit=update_period(config)[1])
+    n_updates, period = update_period(config)
+    E, A = config.num_envs, env.action_size
+    rows = max(config.buffer_size // E, config.n_step + 2)
+    n_final = replay.final_slots(rows, env.episode_length)
+    agent.check_memory(config.num_seeds * replay.nbytes(rows, E, env.observation_size, A, n_final),
+                       "the replay buffer")
+
+    actor = Actor(config.hidden_sizes, A)
+    critic = TwinCritic(config.hidden_sizes, config.critic_layer_norm, config.num_atoms)
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    scale, center = (high - low) / 2, (high + low) / 2
+    to_env = lambda a: center + scale * a  # tanh output -> env units
+    obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
+
+    def init(key):
+        key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
+        hp = hparams(config)
+        dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
+        actor_params = actor.init(k_actor, dummy_obs)
+        critic_params = critic.init(k_critic, dummy_obs, dummy_act)
+        return TrainState(
+            actor_params=actor_params, critic_params=critic_params,
+            actor_target=actor_params, critic_target=critic_params,
+            actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
+            env_state=jax.vmap(env.reset)(jax.random.split(k_env, E)),
+            replay=replay.init(rows, E, env.observation_size, A, n_final),
+            obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
+
+    def actor_tx(hp):
+        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.actor_lr)
+
+    def critic_tx(hp):
+        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.critic_lr)
+
+    def update(state: TrainState, u):
+        """One critic update; actor and targets every `policy_delay` updates."""
+        hp = state.hp
+        key, k_sample, k_noise = jax.random.split(state.key, 3)
+        batch = replay.sample(state.replay, k_sample, config.batch_size, config.n_step, hp.gamma)
+        obs = obs_in(state.obs_stats, batch.obs)
+        next_obs = obs_in(state.obs_stats, batch.next_obs)
+
+        next_action = smoothed_target_action(to_env(actor.apply(state.actor_target, next_obs)),
+                                             k_noise, hp, low, high)
+        target = td_target(batch.reward, batch.discount,
+                           critic.apply(state.critic_target, next_obs, next_action), hp.v_min, hp.v_max)
+        support = jnp.linspace(hp.v_min, hp.v_max, config.num_atoms)
+
+        def critic_loss(params):
+            logits = critic.apply(params, obs, batch.action)
+            q = (jax.nn.softmax(logits) * support).sum(-1)
+            cross_entropy = -(target * jax.nn.log_softmax(logits)).sum(-1)
+            return (batch.mask * cross_entropy.sum(0)).mean(), q
+
+        (qf_loss, q), grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params)
+        updates, critic_opt = critic_tx(hp).update(grads, state.critic_opt, state.critic_params)
+        state = state._replace(critic_params=optax.apply_updates(state.critic_params, updates),
+                               critic_opt=critic_opt, key=key)
+
+        def actor_step(state):
+            def actor_loss(params):
+                action = to_env(actor.apply(params, obs))
+                logits = critic.apply(state.critic_params, obs, action)
+                return -(jax.nn.softmax(logits[0]) * support).sum(-1).mean()
+
+            loss, grads = jax.value_and_grad(actor_loss)(state.actor_params)
+            updates, actor_opt = actor_tx(hp).update(grads, state.actor_opt, state.actor_params)
+            actor_params = optax.apply_updates(state.actor_params, updates)
+            polyak = lambda t, p: optax.incremental_update(p, t, hp.tau)
+            return state._replace(
+                actor_params=actor_params, actor_opt=actor_opt,
+                actor_target=polyak(state.actor_target, actor_params),
+                critic_target=polyak(state.critic_target, state.critic_params)), loss
+
+        state, actor_loss = jax.lax.cond(
+            u % config.policy_delay == 0, actor_step,
+            lambda s: (s, jnp.full((), jnp.nan, jnp.float32)), state)
+        return state, {"losses/qf_loss": qf_loss / 2, "losses/actor_loss": actor_loss,
+                       "losses/qf1_values": q[0].mean()}
+
+    def iteration(state: TrainState, i):
+        """Every env takes one step; then the due gradient updates."""
+        hp = state.hp
+        key, k_noise, k_random = jax.random.split(state.key, 3)
+        env_state = state.env_state
+        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
+            else state.obs_stats
+        policy = to_env(actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs)))
+        noise = jax.random.normal(k_noise, policy.shape) * hp.exploration_noise * scale
+        explore = jnp.clip(policy + noise, low, high)
+        random = jax.random.uniform(k_random, policy.shape, minval=low, maxval=high)
+        warmup = i * E < config.learning_starts
+        action = jnp.where(warmup, random, explore)
+
+        next_state = jax.vmap(env.step)(env_state, action)
+        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"])
+        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
+
+        def learn(state):
+            state, m = jax.lax.scan(update, state, (i // period) * n_updates + jnp.arange(n_updates))
+            return state, jax.tree.map(jnp.nanmean, m)
+
+        nan = jnp.full((), jnp.nan, jnp.float32)
+        no_metrics = {"losses/qf_loss": nan, "losses/actor_loss": nan, "losses/qf1_values": nan}
+        due = ~warmup & (i % period == period - 1) & replay.can_sample(state.replay, config.n_step)
+        state, metrics = jax.lax.cond(due, learn, lambda s: (s, no_metrics), state)
+        return state, {**metrics, **agent.episode_metrics(next_state)}
+
+    act = make_act(config, env)
+
+    def evaluate(state: TrainState):
+        return agent.evaluate(env, act, state, lambda o: o, state.eval_key, config.eval_episodes)
+
+    run = agent.make_runner(schedule, iteration, evaluate, hooks)
+    return agent.Train(env, schedule, init, run, hooks)
+
+
+def make_act(config: Config, env: envs.Env):
+    """act(state, obs, key, deterministic) -> action in env units, from the
+    train state's actor (observations normalised as in training)."""
+    actor = Actor(config.hidden_sizes, env.action_size)
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    scale, center = (high - low) / 2, (high + low) / 2
+
+    def act(state, obs, key, deterministic=True):
+        if config.normalize_obs:
+            obs = normalize.normalize(state.obs_stats, obs)
+        action = center + scale * actor.apply(state.actor_params, obs)
+        if deterministic:
+            return action
+        noise = jax.random.normal(key, action.shape) * state.hp.exploration_noise * scale
+        return jnp.clip(action + noise, low, high)
+
+    return act
+
+
+# ----------------------------------------------------------------------------- Main
+
+@exit_on_user_error
+def main(argv=None):
+    return agent.cli_main("td4", Config, make_train, argv)
+
+
+if __name__ == "__main__":
+    main()

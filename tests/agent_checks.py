@@ -1,0 +1,209 @@
+"""Checks shared by the off-policy agent tests (test_ddpg.py, test_d4pg.py,
+test_td4.py): one compiled tiny run per test module, bitwise resume, checkpoint
+refusal, the MJX smoke, bad input, the categorical projection and learning
+runs. Each takes the agent's module, so the test files hold only what is
+particular to their agent."""
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from common import agent, checkpoint
+
+# --------------------------------------------------------------------- compiled runs
+
+
+def tiny_run(mod, config, seed: int = 0) -> dict:
+    """Run `config` (2 chunks) vmapped over its seeds with in-memory hooks:
+    every chunk's checkpointed state is kept, every log call recorded."""
+    saved, logged = {}, []
+    hooks = agent.Hooks(log=lambda lead, step, m: logged.append((lead, int(np.ravel(step)[0]))),
+                        checkpoint=lambda lead, c, s: saved.__setitem__(int(np.ravel(c)[0]),
+                                                                         jax.tree.map(np.array, s)))
+    train = mod.make_train(config, hooks)
+    keys = jax.random.split(jax.random.PRNGKey(seed), config.num_seeds)
+    run = jax.jit(jax.vmap(train.run, in_axes=(0, None)))
+    states = jax.jit(jax.vmap(train.init))(keys)
+    final, history = run(states, 0)
+    return dict(config=config, train=train, run=run, keys=keys, final=jax.tree.map(np.asarray, final),
+                history=jax.tree.map(np.asarray, history), saved=saved, logged=logged)
+
+
+def check_smoke(tiny) -> None:
+    config, final, history = tiny["config"], tiny["final"], tiny["history"]
+    rows = config.buffer_size // config.num_envs
+    assert final.replay.size.tolist() == [min(rows, config.total_timesteps // config.num_envs)] * config.num_seeds
+    assert np.isfinite(history["eval/episode_return"]).all()
+    for name in ("losses/qf_loss", "losses/actor_loss", "losses/qf1_values"):
+        assert np.isfinite(history[name][:, -1]).all(), name
+    # one log call per chunk for all seeds together, with the vmapped lead shape
+    steps = tiny["train"].schedule.steps_per_chunk
+    assert tiny["logged"] == [((config.num_seeds,), steps * (c + 1))
+                              for c in range(tiny["train"].schedule.num_chunks)]
+
+
+def check_seeds_differ(tiny) -> None:
+    final = tiny["final"]
+    a = final.actor_params["params"]["Dense_0"]["kernel"]
+    assert not np.array_equal(a[0], a[1])
+    assert not np.array_equal(final.env_state.obs[0], final.env_state.obs[1])
+    assert not np.array_equal(final.key[0], final.key[1])
+
+
+def check_resume_bitwise(tiny, algo: str, tmp_path) -> None:
+    """Checkpoint after chunk 0, write and read it, continue: same state and metrics."""
+    env = tiny["config"].env
+    path = str(tmp_path / "checkpoint.npz")
+    checkpoint.save(path, tiny["saved"][0], {"algo": algo, "env": env, "num_seeds": 2, "chunk": 0})
+    template = jax.eval_shape(jax.vmap(tiny["train"].init), tiny["keys"])
+    restored, header = checkpoint.load(path, template, {"algo": algo, "env": env})
+    resumed, history = tiny["run"](restored, header["chunk"] + 1)
+    for a, b in zip(jax.tree.leaves(tiny["final"]), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(a, np.asarray(b))
+    np.testing.assert_array_equal(tiny["history"]["eval/episode_return"][:, 1],
+                                  np.asarray(history["eval/episode_return"])[:, 1])
+    # the final in-program checkpoint equals the final state too
+    last = max(tiny["saved"])
+    for a, b in zip(jax.tree.leaves(tiny["final"]), jax.tree.leaves(tiny["saved"][last])):
+        np.testing.assert_array_equal(a, b)
+
+
+def check_checkpoint_refused(tiny, mod, algo: str, tmp_path, capsys) -> None:
+    """Another agent's checkpoint is refused by load and by the CLI (one line,
+    exit 2, before anything compiles); so is one of other network shapes."""
+    from common.errors import UserError
+    config = tiny["config"]
+    path = str(tmp_path / "c.npz")
+    state = tiny["saved"][0]
+    template = jax.eval_shape(jax.vmap(tiny["train"].init), tiny["keys"])
+    checkpoint.save(path, state, {"algo": "sac", "env": config.env, "num_seeds": 2, "chunk": 0})
+    with pytest.raises(UserError, match="algo"):
+        checkpoint.load(path, template, {"algo": algo, "env": config.env})
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--env", config.env, "--resume", path, "--log-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and "algo='sac'" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+    bigger = mod.make_train(dataclasses.replace(config, hidden_sizes=(32, 16)))
+    template2 = jax.eval_shape(jax.vmap(bigger.init), tiny["keys"])
+    checkpoint.save(path, state, {"algo": algo, "env": config.env})
+    with pytest.raises(UserError, match="this configuration needs"):
+        checkpoint.load(path, template2, {"algo": algo, "env": config.env})
+
+
+def check_mjx_smoke(mod, config) -> None:
+    """A few hundred steps on MJX, one env per seed, two seeds."""
+    cfg = dataclasses.replace(config, backend="mjx", num_envs=1, total_timesteps=400, learning_starts=100,
+                              eval_episodes=1, eval_every=0, checkpoint_every=0)
+    train = mod.make_train(cfg)
+    assert train.env.backend == "mjx"
+    states, history = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(3), 2))
+    assert np.isfinite(np.asarray(history["losses/qf_loss"])[:, -1]).all()
+    assert np.isfinite(np.asarray(history["eval/episode_return"])[:, -1]).all()
+    assert np.asarray(states.replay.size).tolist() == [400, 400]
+
+
+def learning_run(mod, config) -> np.ndarray:
+    """Final deterministic evaluation return of each seed; prints the budget."""
+    t0 = time.time()
+    train = mod.make_train(config)
+    _, history = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(config.seed), config.num_seeds))
+    final = np.asarray(history["eval/episode_return"])[:, -1]
+    print(f"{mod.__name__} on {config.env}: {config.total_timesteps} steps, eval {final.round(1).tolist()}, "
+          f"{time.time() - t0:.0f}s with compilation")
+    return final
+
+
+# --------------------------------------------------------------------- CLI
+
+def check_help(mod, capsys, *fields: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for field in ("--env", "--num-seeds", "--resume", "--n-step", *fields):
+        assert field in out, field
+
+
+BAD = [
+    (["--env", "cheetah_walk"], "unknown task"),
+    (["--backend", "cuda"], "unknown backend"),
+    (["--num-envs", "0"], "num-envs must be positive"),
+    (["--total-timesteps", "-5"], "total-timesteps must be positive"),
+    (["--total-timesteps", "5000", "--learning-starts", "5000"], "learning-starts"),
+    (["--batch-size", "512", "--buffer-size", "256"], "larger than --buffer-size"),
+    (["--buffer-size", str(10 ** 12), "--batch-size", "4"], "GiB"),
+    (["--updates-per-step", "0.3"], "whole number"),
+    (["--n-step", "0"], "n-step must be positive"),
+]
+
+
+def check_bad_input(mod, args, message, tmp_path, capsys) -> None:
+    """One line naming the problem, exit status 2, no run directory."""
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--log-dir", str(tmp_path / "runs"), *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+# --------------------------------------------------------------------- categorical critic
+
+def reference_projection(reward, discount, probs, v_min, v_max):
+    """C51's projection written the usual way (floor/ceil and scatter), in numpy."""
+    B, K = probs.shape
+    support = np.linspace(v_min, v_max, K)
+    delta = (v_max - v_min) / (K - 1)
+    out = np.zeros((B, K))
+    for n in range(B):
+        for j in range(K):
+            tz = np.clip(reward[n] + discount[n] * support[j], v_min, v_max)
+            b = (tz - v_min) / delta
+            lo, hi = int(np.floor(b)), int(np.ceil(b))
+            if lo == hi:
+                out[n, lo] += probs[n, j]
+            else:
+                out[n, lo] += probs[n, j] * (hi - b)
+                out[n, hi] += probs[n, j] * (b - lo)
+    return out
+
+
+def check_projection(project) -> None:
+    """`project(reward, discount, probs, v_min, v_max)`: the categorical
+    projection of an agent module, on hand-computed cases and against the
+    reference."""
+    p = lambda *a: np.asarray(project(*(jnp.asarray(x, jnp.float32) for x in a)))
+    # support 0, 1, 2, 3, 4: atom 1 moved to 1.5 splits half-half
+    np.testing.assert_allclose(p([0.5], [1.0], [[0, 1, 0, 0, 0]], 0, 4), [[0, .5, .5, 0, 0]], atol=1e-6)
+    # atoms 0..4 -> 1, 1.5, 2, 2.5, 3 under r = 1, discount 0.5
+    np.testing.assert_allclose(p([1.0], [0.5], [[.2, .3, .5, 0, 0]], 0, 4), [[0, .35, .65, 0, 0]], atol=1e-6)
+    # edges: mass beyond the support lands on the end atoms
+    uniform = np.full((1, 5), 0.2)
+    np.testing.assert_allclose(p([2.0], [1.0], uniform, 0, 4), [[0, 0, .2, .2, .6]], atol=1e-6)
+    np.testing.assert_allclose(p([-2.0], [1.0], uniform, 0, 4), [[.6, .2, .2, 0, 0]], atol=1e-6)
+    np.testing.assert_allclose(p([10.0], [0.99], uniform, 0, 4), [[0, 0, 0, 0, 1]], atol=1e-6)
+    np.testing.assert_allclose(p([-10.0], [0.99], uniform, 0, 4), [[1, 0, 0, 0, 0]], atol=1e-6)
+    # terminal transition (discount 0): all mass at the return, whatever the next distribution
+    for probs in (uniform, [[1, 0, 0, 0, 0]], [[0, 0, 0, 0, 1]]):
+        np.testing.assert_allclose(p([2.25], [0.0], probs, 0, 4), [[0, 0, .75, .25, 0]], atol=1e-6)
+        np.testing.assert_allclose(p([9.0], [0.0], probs, 0, 4), [[0, 0, 0, 0, 1]], atol=1e-6)
+    # a support that does not start at 0: -2, -1, 0, 1, 2
+    np.testing.assert_allclose(p([0.3], [0.0], uniform, -2, 2), [[0, 0, .7, .3, 0]], atol=1e-6)
+
+    # the default support (101 atoms on [0, 100]), random distributions and returns
+    rng = np.random.default_rng(0)
+    B, K = 64, 101
+    probs = rng.dirichlet(np.full(K, 0.3), B)
+    reward = rng.uniform(-20, 120, B)
+    discount = rng.choice([0.0, 0.99 ** 5, 0.5, 1.0], B)
+    got = p(reward, discount, probs, 0, 100)
+    assert got.min() >= 0
+    np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)                   # mass conserved
+    np.testing.assert_allclose(got, reference_projection(reward, discount, probs, 0, 100), atol=1e-5)
+    # the same under jit with traced support bounds (they are swept hyperparameters)
+    traced = jax.jit(project)(*(jnp.asarray(x, jnp.float32) for x in (reward, discount, probs, 0, 100)))
+    np.testing.assert_allclose(np.asarray(traced), got, atol=1e-6)

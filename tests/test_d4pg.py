@@ -1,0 +1,92 @@
+"""D4PG end to end: smoke on both backends, seeds, resume, bad input, the
+categorical projection and target, learning. Tiny networks and budgets; the
+compiled program is shared by the module."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algos import d4pg
+from tests import agent_checks as checks
+
+TINY = d4pg.Config(env="cartpole_balance", backend="native", num_envs=2, num_seeds=2,
+                   total_timesteps=2000, learning_starts=500, batch_size=32, buffer_size=1000,
+                   hidden_sizes=(16, 16), eval_every=1000, eval_episodes=2, checkpoint_every=1000,
+                   n_step=3, num_atoms=21)
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    return checks.tiny_run(d4pg, TINY)
+
+
+def test_smoke_native_two_seeds(tiny_run):
+    checks.check_smoke(tiny_run)
+    kernel = tiny_run["final"].critic_params["params"]["Dense_2"]["kernel"]
+    assert kernel.shape == (2, 16, 21)                      # one logit per atom
+    assert 0 <= tiny_run["history"]["losses/qf1_values"][:, -1].min()
+
+
+def test_seeds_get_their_own_streams(tiny_run):
+    checks.check_seeds_differ(tiny_run)
+
+
+def test_resume_is_bitwise_identical(tiny_run, tmp_path):
+    checks.check_resume_bitwise(tiny_run, "d4pg", tmp_path)
+
+
+def test_checkpoint_of_other_agent_or_shape_is_refused(tiny_run, tmp_path, capsys):
+    checks.check_checkpoint_refused(tiny_run, d4pg, "d4pg", tmp_path, capsys)
+
+
+def test_smoke_mjx():
+    checks.check_mjx_smoke(d4pg, TINY)
+
+
+# --------------------------------------------------------------------- categorical critic
+
+def test_projection():
+    checks.check_projection(d4pg.categorical_projection)
+
+
+def test_td_target_projects_the_target_critic_distribution():
+    support = jnp.linspace(0.0, 4.0, 5)
+    probs = jnp.array([[0.0, 1.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.5]])
+    logits = jnp.log(probs + 1e-30)
+    y = d4pg.td_target(jnp.array([0.5, 1.0]), jnp.array([1.0, 0.0]), logits, 0.0, 4.0)
+    np.testing.assert_allclose(y, [[0, .5, .5, 0, 0], [0, 1, 0, 0, 0]], atol=1e-6)
+    # its mean is the scalar TD target where nothing is clipped
+    np.testing.assert_allclose((y * support).sum(-1), [0.5 + 1.0, 1.0], rtol=1e-6)
+
+
+def test_defaults_follow_the_paper_and_dm_control():
+    c = d4pg.Config()
+    assert (c.num_atoms, c.v_min, c.v_max, c.n_step) == (101, 0.0, 100.0, 5)
+
+
+# --------------------------------------------------------------------- CLI
+
+def test_cli_help(capsys):
+    checks.check_help(d4pg, capsys, "--num-atoms", "--v-min", "--v-max", "target networks")
+
+
+BAD = checks.BAD + [(["--num-atoms", "1"], "num-atoms must be at least 2"),
+                    (["--v-min", "10", "--v-max", "0"], "must be below --v-max")]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_one_line_exit_2_no_run_dir(args, message, tmp_path, capsys):
+    checks.check_bad_input(d4pg, args, message, tmp_path, capsys)
+
+
+# --------------------------------------------------------------------- learning
+
+LEARN = d4pg.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2, eval_every=0,
+                    eval_episodes=2, checkpoint_every=0, total_timesteps=15000, learning_starts=1000,
+                    buffer_size=15000, batch_size=128, hidden_sizes=(64, 64))
+
+
+@pytest.mark.slow
+def test_learns_cartpole_balance():
+    """Zero action scores 714 and random actions 325-413: >= 950 is learned balance."""
+    assert (checks.learning_run(d4pg, LEARN) >= 950).all()
