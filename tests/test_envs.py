@@ -88,9 +88,10 @@ def test_names_are_dm_control_tasks():
     assert set(names) <= dm_names, sorted(set(names) - dm_names)
 
 
-def test_auto_backend_is_native_on_cpu():
-    assert jax.default_backend() == "cpu"
-    assert envs.resolve_backend("auto") == "native"
+def test_auto_backend_follows_the_device():
+    expected = "native" if jax.default_backend() == "cpu" else "mjx"
+    assert envs.resolve_backend("auto") == expected
+    assert envs.resolve_backend("native") == "native" and envs.resolve_backend("mjx") == "mjx"
 
 
 # --- sizes --------------------------------------------------------------------------
