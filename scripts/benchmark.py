@@ -215,6 +215,15 @@ def _print_table(rows: List[Dict], nthread: int) -> None:
 
 # --- command line ------------------------------------------------------------
 
+TRAIN_DOC = """`train` mode: env steps/s of whole training runs (compile excluded), per agent
+and task on the native backend, next to a reference measured in the same run:
+TD3 written the usual way (CleanRL style), the env stepped from Python with a
+numpy replay buffer and one jitted update per env step, same networks
+([256, 256]) and batch (256). Settings: 1 env with 1 update per env step (the
+reference's), and 256 envs with 1 update per 16 env steps. A last row per agent
+trains for about --budget seconds of wall clock at 1 env and reports the final
+evaluation return (10 episodes)."""
+
 def main(argv: Optional[List[str]] = None) -> int:
     from common.errors import UserError
 
@@ -237,7 +246,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--quick", action="store_true",
                    help="smoke check: cartpole_balance, 16 envs, few steps, no mjx")
+    t = modes.add_parser("train", help="training env steps/s of agents vs a Python-loop reference TD3",
+                         description=TRAIN_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--algos", nargs="+", default=["td3"])
+    t.add_argument("--tasks", nargs="+", default=["cheetah_run", "humanoid_walk"])
+    t.add_argument("--steps-1env", type=int, default=3000, help="timed env steps at 1 env (after 1000 warm-up)")
+    t.add_argument("--steps-many", type=int, default=51200, help="env steps at 256 envs")
+    t.add_argument("--budget", type=float, default=300.0,
+                   help="wall-clock seconds for the fixed-budget return row (0: skip)")
+    t.add_argument("--quick", action="store_true", help="smoke check: cartpole_balance, few steps")
     args = p.parse_args(argv)
+
+    if args.mode == "train":
+        import bench_train
+        if args.quick:
+            args.tasks, args.steps_1env, args.steps_many, args.budget = ["cartpole_balance"], 300, 5120, 0
+        rows = bench_train.train_mode(args.algos, args.tasks, args.steps_1env, args.steps_many,
+                                      args.budget, args.quick)
+        bench_train.print_train_table(rows)
+        return 0
 
     if args.mode == "envs":
         if args.quick:

@@ -42,3 +42,14 @@ def test_mode_is_required():
     r = _run()
     assert r.returncode == 2
     assert "envs" in r.stderr
+
+
+def test_train_quick_prints_reference_and_agent_rows():
+    r = _run("train", "--quick", timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [l for l in r.stdout.splitlines() if l.startswith("cartpole_balance")]
+    assert len(rows) == 3, r.stdout
+    assert "reference TD3" in rows[0] and "1.00x" in rows[0]
+    # columns: ... env steps/s, vs ref, wall s (no eval return in these rows)
+    sps, ratio = rows[1].split()[-3:-1]
+    assert " td3 " in rows[1] and float(sps) > 0 and ratio.endswith("x") and float(ratio[:-1]) > 0
