@@ -1,0 +1,483 @@
+r"""PPO: Proximal Policy Optimization with a clipped surrogate, fully compiled.
+
+Schulman, Wolski, Dhariwal, Radford and Klimov, "Proximal Policy Optimization
+Algorithms", arXiv:1707.06347 (2017), with the details that matter for
+continuous control (Huang et al., "The 37 Implementation Details of Proximal
+Policy Optimization", ICLR blog track 2022): many parallel envs, GAE,
+advantages normalised per minibatch, clipped surrogate, value loss (clipping
+optional), entropy bonus, several epochs of shuffled minibatches, global
+gradient-norm clipping, optional learning-rate annealing, a Gaussian policy
+with a state-independent log std (unclipped actions stored, clipped ones sent
+to the env), orthogonal initialisation, observation normalisation and reward
+scaling.
+
+Truncation and termination are kept apart: GAE bootstraps through a
+1000-step time limit from the value of the true final observation
+(`info["final_obs"]`) and uses 0 after a termination; the lambda-trace
+stops at either.
+
+One runner iteration is one rollout of `num_steps` steps in each of the
+`num_envs` envs followed by `update_epochs` passes of `num_minibatches`
+shuffled minibatches over it. Observation statistics stay fixed during a
+rollout and its update (so the first ratio is exactly 1); the rollout's
+observations are folded into them for the next rollout.
+
+Defaults follow Brax PPO's tuned settings for the MuJoCo Playground
+dm_control suite (mujoco_playground/config/dm_control_suite_params.py,
+brax_ppo_config: 2048 envs, unroll 30, batch 1024 unrolls = 30,720
+transitions, 16 epochs, discount 0.995, lr 1e-3, entropy cost 1e-2, reward
+scaling 10, observation normalisation, 60M steps; brax/training/agents/ppo:
+clip 0.3, GAE lambda 0.95, policy 4x32 and value 5x256 swish networks, a
+state-independent std starting at 1). Brax collects 16 unrolls per env before
+16 epochs x 32 minibatches; here each unroll is followed by 16 epochs x 2
+minibatches of the same 30,720 transitions: the same 1,920 env steps per
+gradient step. From CleanRL rather than Brax: gradient-norm clipping at 0.5
+(Brax: none), orthogonal initialisation (Brax: lecun uniform) and a plain
+Gaussian clipped at the action bounds (Brax: tanh-squashed).
+
+Usage:
+    python algos/ppo.py --env cheetah_run
+    # CPU-sized (small minibatches, many epochs): >= 996 on 3 of 3 seeds by 800k steps
+    python algos/ppo.py --env cartpole_balance --num-envs 32 --num-steps 64 \
+        --num-minibatches 32 --update-epochs 10 --anneal-lr --normalize-reward --init-log-std -0.5 \
+        --actor-hidden-sizes 64 64 --critic-hidden-sizes 64 64 --total-timesteps 800000
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple, Optional, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from common import agent, envs, normalize
+from common.errors import UserError, exit_on_user_error
+
+
+# ----------------------------------------------------------------------------- Config
+
+@dataclass(frozen=True)
+class Config:
+    env: str = "cheetah_run"
+    """dm_control task, <domain>_<task>"""
+    backend: str = "auto"
+    """physics backend: auto (mjx on an accelerator, else native), native or mjx"""
+    num_envs: int = 2048
+    """parallel envs per seed"""
+    num_seeds: int = 1
+    """independent seeds trained at once in one program"""
+    total_timesteps: int = 60_000_000
+    """env steps per seed (rounded down to whole rollouts of num_envs x num_steps)"""
+    seed: int = 1
+    """seed of the first run; the others get their own streams split from it"""
+    eval_every: int = 5_000_000
+    """env steps between evaluations (0: only at the end)"""
+    eval_episodes: int = 10
+    """deterministic episodes per evaluation"""
+    log_dir: str = "runs"
+    """where run directories (TensorBoard logs, config, checkpoint) go"""
+    checkpoint_every: int = 5_000_000
+    """env steps between checkpoints (0: only at the end)"""
+    resume: Optional[str] = None
+    """checkpoint file or run directory to continue"""
+
+    num_steps: int = 30
+    """rollout length per env between updates (Brax's unroll_length)"""
+    num_minibatches: int = 2
+    """minibatches per epoch; num_envs x num_steps must divide into them"""
+    update_epochs: int = 16
+    """passes over each rollout (Brax's num_updates_per_batch)"""
+    gamma: float = 0.995
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    learning_rate: float = 1e-3
+    """Adam learning rate (actor and critic together)"""
+    anneal_lr: bool = False
+    """decay the learning rate linearly to 0 over the run"""
+    clip_coef: float = 0.3
+    """surrogate clipping range: the ratio is clipped to 1 +- clip_coef"""
+    clip_vloss: bool = False
+    """clip value updates to +-clip_coef around the rollout's values"""
+    ent_coef: float = 1e-2
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient (value loss is 0.5 x squared error)"""
+    max_grad_norm: float = 0.5
+    """clip the global norm of the actor+critic gradient to this"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    reward_scaling: float = 10.0
+    """rewards are multiplied by this before learning"""
+    normalize_reward: bool = False
+    """divide rewards by the running std of the discounted return (before reward_scaling)"""
+    normalize_obs: bool = True
+    """normalise observations with running mean/std over all envs"""
+    actor_hidden_sizes: Tuple[int, ...] = (32, 32, 32, 32)
+    """hidden layer widths of the policy"""
+    critic_hidden_sizes: Tuple[int, ...] = (256, 256, 256, 256, 256)
+    """hidden layer widths of the value function"""
+    init_log_std: float = 0.0
+    """initial log std of the Gaussian policy (in units of half the action range)"""
+
+
+# ----------------------------------------------------------------------------- Networks
+
+def orthogonal(scale: float):
+    """Orthogonal initialisation (Saxe et al. 2014), the same distribution as
+    nn.initializers.orthogonal, by Gram-Schmidt in plain jax.numpy: LAPACK's
+    QR batched by vmap over seeds can deadlock XLA's CPU thread pool."""
+    def init(key, shape, dtype=jnp.float32):
+        rows, cols = shape
+        n, m = max(rows, cols), min(rows, cols)
+        a = jax.random.normal(key, (n, m), jnp.float32)
+
+        def column(j, q):
+            v, earlier = a[:, j], (jnp.arange(m) < j).astype(jnp.float32)
+            for _ in range(2):  # twice is enough for float32 orthogonality
+                v = v - q @ ((q.T @ v) * earlier)
+            return q.at[:, j].set(v / jnp.linalg.norm(v))
+
+        q = jax.lax.fori_loop(0, m, column, jnp.zeros((n, m), jnp.float32))
+        return (scale * (q if rows >= cols else q.T)).astype(dtype)
+    return init
+
+
+def _dense(features: int, scale: float) -> nn.Dense:
+    return nn.Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
+
+
+class Actor(nn.Module):
+    """Mean of the Gaussian policy, in units of half the action range, and a
+    state-independent log std."""
+    hidden_sizes: Tuple[int, ...]
+    action_size: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs
+        for h in self.hidden_sizes:
+            x = nn.swish(_dense(h, np.sqrt(2))(x))
+        mean = _dense(self.action_size, 0.01)(x)
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_size,))
+        return mean, jnp.broadcast_to(log_std, mean.shape)
+
+
+class Critic(nn.Module):
+    hidden_sizes: Tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs
+        for h in self.hidden_sizes:
+            x = nn.swish(_dense(h, np.sqrt(2))(x))
+        return _dense(1, 1.0)(x).squeeze(-1)
+
+
+def gaussian_log_prob(action, mean, log_std):
+    return (-0.5 * ((action - mean) / jnp.exp(log_std)) ** 2 - log_std
+            - 0.5 * jnp.log(2 * jnp.pi)).sum(-1)
+
+
+def gaussian_entropy(log_std):
+    return (log_std + 0.5 * (1 + jnp.log(2 * jnp.pi))).sum(-1)
+
+
+# ----------------------------------------------------------------------------- State
+
+class HParams(NamedTuple):
+    """Float hyperparameters as traced values, so one program can vmap over them."""
+    gamma: jnp.ndarray
+    gae_lambda: jnp.ndarray
+    learning_rate: jnp.ndarray
+    clip_coef: jnp.ndarray
+    ent_coef: jnp.ndarray
+    vf_coef: jnp.ndarray
+    max_grad_norm: jnp.ndarray
+    reward_scaling: jnp.ndarray
+    init_log_std: jnp.ndarray
+
+
+class TrainState(NamedTuple):
+    actor_params: dict
+    critic_params: dict
+    opt: optax.OptState
+    env_state: envs.EnvState
+    obs_stats: normalize.RunningStats
+    return_stats: normalize.RunningStats   # of the discounted return, for normalize_reward
+    returns: jnp.ndarray                   # [num_envs] discounted return so far
+    hp: HParams
+    key: jax.Array
+    eval_key: jax.Array
+
+
+class Rollout(NamedTuple):
+    """One rollout, [num_steps, num_envs, ...]; obs already normalised."""
+    obs: jnp.ndarray
+    action: jnp.ndarray       # the unclipped Gaussian sample
+    log_prob: jnp.ndarray
+    value: jnp.ndarray        # V(s_t)
+    next_value: jnp.ndarray   # V(true s_{t+1}): of info["final_obs"] when the episode ended
+    reward: jnp.ndarray       # scaled
+    terminated: jnp.ndarray
+    done: jnp.ndarray         # terminated | truncated
+
+
+class Batch(NamedTuple):
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    log_prob: jnp.ndarray
+    value: jnp.ndarray
+    advantage: jnp.ndarray
+    ret: jnp.ndarray
+
+
+def hparams(config: Config) -> HParams:
+    return HParams(*(jnp.asarray(getattr(config, f), jnp.float32) for f in HParams._fields))
+
+
+# ----------------------------------------------------------------------------- Training
+
+def validate(config: Config) -> None:
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "num_steps", "num_minibatches", "update_epochs", "learning_rate",
+                         "clip_coef", "max_grad_norm", "reward_scaling")
+    for name in ("actor_hidden_sizes", "critic_hidden_sizes"):
+        if min(getattr(config, name), default=0) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive widths, got {getattr(config, name)}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(config, name) <= 1:
+            raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(config, name)}")
+    for name in ("ent_coef", "vf_coef"):
+        if getattr(config, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
+    batch = config.num_envs * config.num_steps
+    if batch % config.num_minibatches:
+        raise UserError(f"--num-envs x --num-steps ({batch}) is not divisible by "
+                        f"--num-minibatches {config.num_minibatches}")
+    if config.total_timesteps < batch:
+        raise UserError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout of "
+                        f"{batch} env steps (--num-envs {config.num_envs} x --num-steps {config.num_steps})")
+
+
+def make_schedule(config: Config) -> agent.Schedule:
+    """The runner's iteration is one rollout: a 'step' of the schedule is
+    num_envs x num_steps env steps. Chunks (logging) of about 1000 env steps,
+    at least one rollout."""
+    rollout = config.num_envs * config.num_steps
+    log_every = rollout * max(1, min(1000, config.total_timesteps) // rollout)
+    return agent.make_schedule(replace(config, num_envs=rollout), log_every=log_every)
+
+
+def gae(reward, value, next_value, terminated, done, gamma, lam):
+    """Generalised advantage estimation over [T, ...] arrays.
+
+    delta_t = r_t + gamma (1 - terminated_t) V(s'_t) - V(s_t), with s'_t the
+    true next observation (the final one when the episode ended there), and
+    A_t = delta_t + gamma lam (1 - done_t) A_{t+1}, A_T = 0: a truncated step
+    still bootstraps from V(s'_t), a terminated one does not, and no trace
+    crosses an episode boundary. Returns (advantages, value targets)."""
+    not_term = 1.0 - terminated.astype(jnp.float32)
+    not_done = 1.0 - done.astype(jnp.float32)
+    delta = reward + gamma * not_term * next_value - value
+
+    def back(acc, x):
+        delta, not_done = x
+        acc = delta + gamma * lam * not_done * acc
+        return acc, acc
+
+    _, adv = jax.lax.scan(back, jnp.zeros_like(value[0]), (delta, not_done), reverse=True)
+    return adv, adv + value
+
+
+def policy_loss(log_prob, old_log_prob, advantage, clip_coef):
+    """Clipped surrogate, -E[min(ratio A, clip(ratio, 1-eps, 1+eps) A)]; also
+    the approximate KL ((ratio - 1) - log ratio) and the clipped fraction."""
+    log_ratio = log_prob - old_log_prob
+    ratio = jnp.exp(log_ratio)
+    loss = -jnp.minimum(ratio * advantage,
+                        jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef) * advantage).mean()
+    approx_kl = ((ratio - 1) - log_ratio).mean()
+    clipfrac = (jnp.abs(ratio - 1) > clip_coef).astype(jnp.float32).mean()
+    return loss, (jax.lax.stop_gradient(approx_kl), jax.lax.stop_gradient(clipfrac))
+
+
+def value_loss(value, old_value, ret, clip_coef, clip: bool):
+    """0.5 x squared error; with `clip`, the larger of the errors of the new
+    value and of the old one moved at most clip_coef toward it."""
+    err = (value - ret) ** 2
+    if clip:
+        clipped = old_value + jnp.clip(value - old_value, -clip_coef, clip_coef)
+        err = jnp.maximum(err, (clipped - ret) ** 2)
+    return 0.5 * err.mean()
+
+
+def make_train(config: Config, hooks=None) -> agent.Train:
+    validate(config)
+    env = envs.make(config.env, config.backend)
+    schedule = make_schedule(config)
+    num_iterations = schedule.num_chunks * schedule.chunk_iters
+    E, T, A, D = config.num_envs, config.num_steps, env.action_size, env.observation_size
+    N, M = E * T, config.num_minibatches
+    # rollout (obs, action, 6 scalars) plus one shuffled copy of it, per seed
+    agent.check_memory(config.num_seeds * 2 * N * (D + A + 6) * 4, "the rollout batch")
+
+    actor = Actor(config.actor_hidden_sizes, A)
+    critic = Critic(config.critic_hidden_sizes)
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    scale, center = (high - low) / 2, (high + low) / 2
+    to_env = lambda a: center + scale * jnp.clip(a, -1.0, 1.0)  # policy units -> env units
+    obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
+
+    def tx(hp):
+        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+
+    def init(key):
+        key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
+        hp = hparams(config)
+        dummy_obs = jnp.zeros(D)
+        actor_params = actor.init(k_actor, dummy_obs)
+        actor_params["params"]["log_std"] = jnp.full(A, hp.init_log_std)
+        critic_params = critic.init(k_critic, dummy_obs)
+        return TrainState(
+            actor_params=actor_params, critic_params=critic_params,
+            opt=tx(hp).init((actor_params, critic_params)),
+            env_state=jax.vmap(env.reset)(jax.random.split(k_env, E)),
+            obs_stats=normalize.init(D), return_stats=normalize.init(1),
+            returns=jnp.zeros(E, jnp.float32), hp=hp, key=key, eval_key=k_eval)
+
+    def rollout(state: TrainState, key):
+        """num_steps steps of every env with the current policy and fixed
+        observation statistics."""
+        hp, stats = state.hp, state.obs_stats
+
+        def step(carry, key):
+            env_state, return_stats, returns, new_stats = carry
+            obs = obs_in(stats, env_state.obs)
+            mean, log_std = actor.apply(state.actor_params, obs)
+            action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+            log_prob = gaussian_log_prob(action, mean, log_std)
+            value = critic.apply(state.critic_params, obs)
+            next_state = jax.vmap(env.step)(env_state, to_env(action))
+            next_value = critic.apply(state.critic_params, obs_in(stats, next_state.info["final_obs"]))
+            done = next_state.terminated | next_state.truncated
+            reward = next_state.reward
+            if config.normalize_reward:
+                returns = returns * hp.gamma + reward
+                return_stats = normalize.update(return_stats, returns[:, None])
+                reward = reward / jnp.sqrt(return_stats.var[0] + 1e-8)
+                returns = jnp.where(done, 0.0, returns)
+            new_stats = normalize.update(new_stats, env_state.obs) if config.normalize_obs else new_stats
+            data = Rollout(obs, action, log_prob, value, next_value, reward * hp.reward_scaling,
+                           next_state.terminated, done)
+            return (next_state, return_stats, returns, new_stats), (data, agent.episode_metrics(next_state))
+
+        carry = (state.env_state, state.return_stats, state.returns, stats)
+        (env_state, return_stats, returns, new_stats), (data, episodes) = jax.lax.scan(
+            step, carry, jax.random.split(key, T))
+        state = state._replace(env_state=env_state, return_stats=return_stats, returns=returns)
+        return state, data, new_stats, jax.tree.map(lambda x: x.sum(0), episodes)
+
+    def loss_fn(params, mb: Batch, hp: HParams):
+        actor_params, critic_params = params
+        mean, log_std = actor.apply(actor_params, mb.obs)
+        log_prob = gaussian_log_prob(mb.action, mean, log_std)
+        adv = mb.advantage
+        if config.norm_adv:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg_loss, (approx_kl, clipfrac) = policy_loss(log_prob, mb.log_prob, adv, hp.clip_coef)
+        v_loss = value_loss(critic.apply(critic_params, mb.obs), mb.value, mb.ret, hp.clip_coef,
+                            config.clip_vloss)
+        entropy = gaussian_entropy(log_std).mean()
+        loss = pg_loss - hp.ent_coef * entropy + hp.vf_coef * v_loss
+        return loss, {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss,
+                      "losses/entropy": entropy, "losses/approx_kl": approx_kl,
+                      "losses/clipfrac": clipfrac}
+
+    def learn(state: TrainState, batch: Batch, key, lr):
+        hp = state.hp
+
+        def minibatch(carry, mb):
+            params, opt = carry
+            grads, metrics = jax.grad(loss_fn, has_aux=True)(params, mb, hp)
+            updates, opt = tx(hp).update(grads, opt, params)
+            params = optax.apply_updates(params, jax.tree.map(lambda u: -lr * u, updates))
+            return (params, opt), metrics
+
+        def epoch(carry, key):
+            perm = jax.random.permutation(key, N)
+            mbs = jax.tree.map(lambda x: x[perm].reshape(M, N // M, *x.shape[1:]), batch)
+            return jax.lax.scan(minibatch, carry, mbs)
+
+        (params, opt), metrics = jax.lax.scan(
+            epoch, ((state.actor_params, state.critic_params), state.opt),
+            jax.random.split(key, config.update_epochs))
+        state = state._replace(actor_params=params[0], critic_params=params[1], opt=opt)
+        return state, jax.tree.map(jnp.mean, metrics)
+
+    def iteration(state: TrainState, i):
+        """One rollout, GAE, then update_epochs x num_minibatches updates."""
+        hp = state.hp
+        key, k_rollout, k_learn = jax.random.split(state.key, 3)
+        state, data, new_stats, episodes = rollout(state._replace(key=key), k_rollout)
+        adv, ret = gae(data.reward, data.value, data.next_value, data.terminated, data.done,
+                       hp.gamma, hp.gae_lambda)
+        flat = lambda x: x.reshape(N, *x.shape[2:])
+        batch = Batch(flat(data.obs), flat(data.action), flat(data.log_prob), flat(data.value),
+                      flat(adv), flat(ret))
+        frac = 1.0 - i.astype(jnp.float32) / num_iterations if config.anneal_lr else 1.0
+        lr = hp.learning_rate * frac
+        state, metrics = learn(state, batch, k_learn, lr)
+        state = state._replace(obs_stats=new_stats)
+        var_ret = jnp.var(ret)
+        metrics.update({
+            "losses/explained_variance": jnp.where(var_ret > 0, 1 - jnp.var(ret - data.value) / var_ret,
+                                                   jnp.nan),
+            "stats/learning_rate": lr * jnp.ones(()),
+            "stats/action_std": jnp.exp(state.actor_params["params"]["log_std"]).mean(),
+        })
+        return state, {**metrics, **episodes}
+
+    act = make_act(config, env)
+
+    def evaluate(state: TrainState):
+        return agent.evaluate(env, act, state, lambda o: o, state.eval_key, config.eval_episodes)
+
+    run = agent.make_runner(schedule, iteration, evaluate, hooks)
+    return agent.Train(env, schedule, init, run, hooks)
+
+
+def make_act(config: Config, env: envs.Env):
+    """act(state, obs, key, deterministic) -> action in env units, from the
+    train state's policy (observations normalised as in training): the mean,
+    or a Gaussian sample, clipped to the action bounds."""
+    actor = Actor(config.actor_hidden_sizes, env.action_size)
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    scale, center = (high - low) / 2, (high + low) / 2
+
+    def act(state, obs, key, deterministic=True):
+        if config.normalize_obs:
+            obs = normalize.normalize(state.obs_stats, obs)
+        mean, log_std = actor.apply(state.actor_params, obs)
+        if not deterministic:
+            mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+        return center + scale * jnp.clip(mean, -1.0, 1.0)
+
+    return act
+
+
+# ----------------------------------------------------------------------------- Main
+
+@exit_on_user_error
+def main(argv=None):
+    return agent.cli_main("ppo", Config, make_train, argv)
+
+
+if __name__ == "__main__":
+    main()
