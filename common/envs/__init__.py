@@ -131,13 +131,10 @@ class Env:
         self._pool_obs = jax.jit(jax.vmap(self._observe_flat))(
             jnp.asarray(pool_fields), self._pool_task)
         self.observation_size = int(self._pool_obs.shape[-1])
-        if backend == "mjx":
+        if backend == "mjx":  # copies the model as the pool's resets left it, as native steps it
             from common.envs.mjx_backend import MjxPhysics
-            self.mjx = MjxPhysics(self.model, self.n_sub_steps, fields, name)
-            ns = self.native
-            f32 = rows.astype(np.float32)
-            self._pool_mjx = (jnp.asarray(f32[:, ns.qpos_slice()]), jnp.asarray(f32[:, ns.qvel_slice()]),
-                              jnp.asarray(f32[:, ns.warmstart_slice()]))
+            self.mjx = MjxPhysics(self.model, self.n_sub_steps, fields, name, self.native.field_shapes)
+            self._pool_mjx = self.mjx.pool(rows)
 
     def __repr__(self) -> str:
         return f"Env({self.name!r}, backend={self.backend!r})"
@@ -156,8 +153,7 @@ class Env:
     # -- API ---------------------------------------------------------------
     def _from_pool(self, idx):
         if self.backend == "mjx":
-            qpos, qvel, ws = (p[idx] for p in self._pool_mjx)
-            physics = self.mjx.reset(qpos, qvel, jnp.zeros(self.model.na, jnp.float32), ws)
+            physics = self.mjx.from_pool(self._pool_mjx, idx)
         else:
             physics = self._pool_bits[idx]
         return physics, self._pool_task[idx], self._pool_obs[idx]
