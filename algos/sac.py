@@ -1,0 +1,391 @@
+"""SAC: Soft Actor-Critic with a learned temperature, fully compiled.
+
+Haarnoja, Zhou, Hartikainen, Tucker, Ha, Tan, Kumar, Zhu, Gupta, Abbeel and
+Levine, "Soft Actor-Critic Algorithms and Applications", 2018
+(arXiv:1812.05905): the version with automatic entropy adjustment and no
+separate value network. A tanh-squashed Gaussian policy (log-density with the
+change-of-variables correction in the numerically stable form
+log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))), twin critics with the
+minimum of their targets, the entropy bonus alpha * -log pi(a'|s') in the
+target, the temperature alpha learned towards a target entropy (-action_size
+by default) and Polyak-averaged target critics. Evaluation acts with the mean
+action tanh(mean). With `--n-step n` the target sums n rewards and adds the
+entropy bonus at the bootstrap state only.
+
+Acting in `num_envs` parallel envs, physics, replay, learning and evaluation
+run as one XLA program; `--num-seeds N` trains N independent seeds in it.
+
+Usage:
+    python algos/sac.py --env cheetah_run
+    python algos/sac.py --env humanoid_walk --num-seeds 4 --backend native
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dataclasses import dataclass
+from typing import NamedTuple, Optional, Tuple
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from common import agent, envs, normalize, replay
+from common.errors import UserError, exit_on_user_error
+
+
+# ----------------------------------------------------------------------------- Config
+
+@dataclass(frozen=True)
+class Config:
+    env: str = "cheetah_run"
+    """dm_control task, <domain>_<task>"""
+    backend: str = "auto"
+    """physics backend: auto (mjx on an accelerator, else native), native or mjx"""
+    num_envs: int = 1
+    """parallel envs per seed"""
+    num_seeds: int = 1
+    """independent seeds trained at once in one program"""
+    total_timesteps: int = 1_000_000
+    """env steps per seed"""
+    seed: int = 1
+    """seed of the first run; the others get their own streams split from it"""
+    eval_every: int = 10_000
+    """env steps between evaluations (0: only at the end)"""
+    eval_episodes: int = 10
+    """deterministic episodes per evaluation"""
+    log_dir: str = "runs"
+    """where run directories (TensorBoard logs, config, checkpoint) go"""
+    checkpoint_every: int = 100_000
+    """env steps between checkpoints (0: only at the end)"""
+    resume: Optional[str] = None
+    """checkpoint file or run directory to continue"""
+
+    buffer_size: int = 1_000_000
+    """replay capacity in transitions (all envs of a seed together)"""
+    learning_starts: int = 10_000
+    """env steps of uniform random actions before learning starts"""
+    batch_size: int = 256
+    """transitions per update"""
+    updates_per_step: float = 1.0
+    """gradient updates per env step; fractions allowed (0.125: one per 8 steps)"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """Polyak averaging rate of the target networks"""
+    actor_lr: float = 3e-4
+    """actor learning rate (Adam)"""
+    critic_lr: float = 3e-4
+    """critic learning rate (Adam)"""
+    alpha_lr: float = 3e-4
+    """temperature learning rate (Adam on log alpha)"""
+    init_alpha: float = 1.0
+    """initial temperature alpha (kept fixed with --no-autotune)"""
+    autotune: bool = True
+    """learn alpha towards the target entropy"""
+    target_entropy_per_dim: float = -1.0
+    """entropy target of the squashed policy per action dimension, in nats
+    (the target is this x action_size; -1 gives the paper's -action_size)"""
+    n_step: int = 1
+    """n-step returns (windows stop at episode ends)"""
+    hidden_sizes: Tuple[int, ...] = (256, 256)
+    """hidden layer widths of actor and critics"""
+    critic_layer_norm: bool = False
+    """layer norm after each hidden layer of the critics"""
+    normalize_obs: bool = False
+    """normalise observations with running mean/std"""
+
+
+# ----------------------------------------------------------------------------- Networks
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class Actor(nn.Module):
+    """Mean and log std of the pre-tanh Gaussian; log std squashed smoothly
+    into [LOG_STD_MIN, LOG_STD_MAX]."""
+    hidden_sizes: Tuple[int, ...]
+    action_size: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h)(x))
+        mean = nn.Dense(self.action_size)(x)
+        log_std = jnp.tanh(nn.Dense(self.action_size)(x))
+        return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+
+
+class Critic(nn.Module):
+    hidden_sizes: Tuple[int, ...]
+    layer_norm: bool
+
+    @nn.compact
+    def __call__(self, obs, action):
+        x = jnp.concatenate([obs, action], -1)
+        for h in self.hidden_sizes:
+            x = nn.Dense(h)(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
+            x = nn.relu(x)
+        return nn.Dense(1)(x).squeeze(-1)
+
+
+class TwinCritic(nn.Module):
+    """Two independent critics, evaluated together: q has shape [2, ...]."""
+    hidden_sizes: Tuple[int, ...]
+    layer_norm: bool
+
+    @nn.compact
+    def __call__(self, obs, action):
+        twins = nn.vmap(Critic, variable_axes={"params": 0}, split_rngs={"params": True},
+                        in_axes=None, out_axes=0, axis_size=2)
+        return twins(self.hidden_sizes, self.layer_norm)(obs, action)
+
+
+def squashed_gaussian(mean, log_std) -> distrax.Distribution:
+    """tanh(u), u ~ N(mean, exp(log_std)) per dimension, as one distribution
+    over [-1, 1]^A. distrax's Tanh bijector computes the change-of-variables
+    term log(1 - tanh(u)^2) as 2 (log 2 - u - softplus(-2u)), which stays
+    finite where tanh(u) rounds to +-1; `sample_and_log_prob` uses it on the
+    pre-tanh sample, never atanh of the action."""
+    base = distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
+    return distrax.Transformed(base, distrax.Block(distrax.Tanh(), ndims=1))
+
+
+# ----------------------------------------------------------------------------- State
+
+class HParams(NamedTuple):
+    """Float hyperparameters as traced values, so one program can vmap over them."""
+    gamma: jnp.ndarray
+    tau: jnp.ndarray
+    actor_lr: jnp.ndarray
+    critic_lr: jnp.ndarray
+    alpha_lr: jnp.ndarray
+    init_alpha: jnp.ndarray
+    target_entropy_per_dim: jnp.ndarray
+
+
+class TrainState(NamedTuple):
+    actor_params: dict
+    critic_params: dict
+    critic_target: dict
+    log_alpha: jnp.ndarray
+    actor_opt: optax.OptState
+    critic_opt: optax.OptState
+    alpha_opt: optax.OptState
+    env_state: envs.EnvState
+    replay: replay.Replay
+    obs_stats: normalize.RunningStats
+    hp: HParams
+    key: jax.Array
+    eval_key: jax.Array
+
+
+def hparams(config: Config) -> HParams:
+    return HParams(*(jnp.asarray(getattr(config, f), jnp.float32) for f in HParams._fields))
+
+
+# ----------------------------------------------------------------------------- Training
+
+def validate(config: Config) -> None:
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "buffer_size", "batch_size", "n_step", "updates_per_step", "init_alpha")
+    if min(config.hidden_sizes, default=0) <= 0:
+        raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
+    if config.batch_size > config.buffer_size:
+        raise UserError(f"--batch-size {config.batch_size} is larger than --buffer-size {config.buffer_size}")
+    if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
+        raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an update "
+                        f"within --total-timesteps {config.total_timesteps}")
+
+
+def soft_td_target(reward, discount, twin_next_q, next_log_prob, alpha):
+    """Clipped double-Q with the entropy bonus at the bootstrap state:
+    r + discount * (min_i Q_i(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s').
+    `discount` is gamma^m, or 0 after a termination (never after a truncation)."""
+    return reward + discount * (twin_next_q.min(0) - alpha * next_log_prob)
+
+
+def alpha_loss(log_alpha, log_prob, target_entropy):
+    """Temperature loss of arXiv:1812.05905 eq. 18 on log alpha. Its gradient
+    -E[log pi + target] = entropy - target is positive (alpha falls) while the
+    policy's entropy -E[log pi] is above the target and negative (alpha rises)
+    while below it."""
+    return -(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy)).mean()
+
+
+def update_period(config: Config) -> Tuple[int, int]:
+    """(updates per iteration, iterations per update); one of them is 1."""
+    per_iter = config.updates_per_step * config.num_envs
+    if per_iter >= 1:
+        if abs(per_iter - round(per_iter)) > 1e-6:
+            raise UserError(f"--updates-per-step x --num-envs must be a whole number, got {per_iter}")
+        return int(round(per_iter)), 1
+    period = 1 / per_iter
+    if abs(period - round(period)) > 1e-6:
+        raise UserError(f"1 / (--updates-per-step x --num-envs) must be a whole number, got {period}")
+    return 1, int(round(period))
+
+
+def make_train(config: Config, hooks=None) -> agent.Train:
+    validate(config)
+    env = envs.make(config.env, config.backend)
+    schedule = agent.make_schedule(config, iters_per_step_unit=update_period(config)[1])
+    n_updates, period = update_period(config)
+    E, A = config.num_envs, env.action_size
+    rows = max(config.buffer_size // E, config.n_step + 2)
+    n_final = replay.final_slots(rows, env.episode_length)
+    agent.check_memory(config.num_seeds * replay.nbytes(rows, E, env.observation_size, A, n_final),
+                       "the replay buffer")
+
+    actor = Actor(config.hidden_sizes, A)
+    critic = TwinCritic(config.hidden_sizes, config.critic_layer_norm)
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    scale, center = (high - low) / 2, (high + low) / 2
+    to_env = lambda a: center + scale * a  # tanh output -> env units
+    obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
+
+    def policy_sample(params, obs, key):
+        """Reparameterised squashed sample in [-1, 1] and its log-density."""
+        return squashed_gaussian(*actor.apply(params, obs)).sample_and_log_prob(seed=key)
+
+    def init(key):
+        key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
+        hp = hparams(config)
+        dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
+        actor_params = actor.init(k_actor, dummy_obs)
+        critic_params = critic.init(k_critic, dummy_obs, dummy_act)
+        log_alpha = jnp.log(hp.init_alpha)
+        return TrainState(
+            actor_params=actor_params, critic_params=critic_params, critic_target=critic_params,
+            log_alpha=log_alpha,
+            actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
+            alpha_opt=alpha_tx(hp).init(log_alpha),
+            env_state=jax.vmap(env.reset)(jax.random.split(k_env, E)),
+            replay=replay.init(rows, E, env.observation_size, A, n_final),
+            obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
+
+    def actor_tx(hp):
+        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.actor_lr)
+
+    def critic_tx(hp):
+        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.critic_lr)
+
+    def alpha_tx(hp):
+        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.alpha_lr)
+
+    def update(state: TrainState, u):
+        """One critic update, then actor, temperature and target updates."""
+        hp = state.hp
+        key, k_sample, k_next, k_pi = jax.random.split(state.key, 4)
+        batch = replay.sample(state.replay, k_sample, config.batch_size, config.n_step, hp.gamma)
+        obs = obs_in(state.obs_stats, batch.obs)
+        next_obs = obs_in(state.obs_stats, batch.next_obs)
+        alpha = jnp.exp(state.log_alpha)
+
+        next_action, next_log_prob = policy_sample(state.actor_params, next_obs, k_next)
+        target = soft_td_target(batch.reward, batch.discount,
+                                critic.apply(state.critic_target, next_obs, to_env(next_action)),
+                                next_log_prob, alpha)
+
+        def critic_loss(params):
+            q = critic.apply(params, obs, batch.action)
+            return (batch.mask * ((q - target) ** 2).sum(0)).mean(), q
+
+        (qf_loss, q), grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params)
+        updates, critic_opt = critic_tx(hp).update(grads, state.critic_opt, state.critic_params)
+        critic_params = optax.apply_updates(state.critic_params, updates)
+
+        def actor_loss(params):
+            action, log_prob = policy_sample(params, obs, k_pi)
+            q_pi = critic.apply(critic_params, obs, to_env(action)).min(0)
+            return (alpha * log_prob - q_pi).mean(), log_prob
+
+        (pi_loss, log_prob), grads = jax.value_and_grad(actor_loss, has_aux=True)(state.actor_params)
+        updates, actor_opt = actor_tx(hp).update(grads, state.actor_opt, state.actor_params)
+        actor_params = optax.apply_updates(state.actor_params, updates)
+
+        a_loss, grad = jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob,
+                                                      hp.target_entropy_per_dim * A)
+        updates, alpha_opt = alpha_tx(hp).update(grad, state.alpha_opt, state.log_alpha)
+        log_alpha = optax.apply_updates(state.log_alpha, updates) if config.autotune else state.log_alpha
+
+        polyak = lambda t, p: optax.incremental_update(p, t, hp.tau)
+        state = state._replace(
+            actor_params=actor_params, critic_params=critic_params, log_alpha=log_alpha,
+            actor_opt=actor_opt, critic_opt=critic_opt, alpha_opt=alpha_opt,
+            critic_target=polyak(state.critic_target, critic_params), key=key)
+        return state, {"losses/qf_loss": qf_loss / 2, "losses/actor_loss": pi_loss,
+                       "losses/qf1_values": q[0].mean(), "losses/alpha": alpha,
+                       "losses/alpha_loss": a_loss, "stats/entropy": -log_prob.mean()}
+
+    def iteration(state: TrainState, i):
+        """Every env takes one step; then the due gradient updates."""
+        key, k_policy, k_random = jax.random.split(state.key, 3)
+        env_state = state.env_state
+        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
+            else state.obs_stats
+        explore = to_env(policy_sample(state.actor_params, obs_in(obs_stats, env_state.obs),
+                                       k_policy)[0])
+        random = jax.random.uniform(k_random, explore.shape, minval=low, maxval=high)
+        warmup = i * E < config.learning_starts
+        action = jnp.where(warmup, random, explore)
+
+        next_state = jax.vmap(env.step)(env_state, action)
+        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"])
+        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
+
+        def learn(state):
+            state, m = jax.lax.scan(update, state, (i // period) * n_updates + jnp.arange(n_updates))
+            return state, jax.tree.map(jnp.nanmean, m)
+
+        nan = jnp.full((), jnp.nan, jnp.float32)
+        no_metrics = {k: nan for k in ("losses/qf_loss", "losses/actor_loss", "losses/qf1_values",
+                                       "losses/alpha", "losses/alpha_loss", "stats/entropy")}
+        due = ~warmup & (i % period == period - 1) & replay.can_sample(state.replay, config.n_step)
+        state, metrics = jax.lax.cond(due, learn, lambda s: (s, no_metrics), state)
+        return state, {**metrics, **agent.episode_metrics(next_state)}
+
+    act = make_act(config, env)
+
+    def evaluate(state: TrainState):
+        return agent.evaluate(env, act, state, lambda o: o, state.eval_key, config.eval_episodes)
+
+    run = agent.make_runner(schedule, iteration, evaluate, hooks)
+    return agent.Train(env, schedule, init, run, hooks)
+
+
+def make_act(config: Config, env: envs.Env):
+    """act(state, obs, key, deterministic) -> action in env units, from the
+    train state's actor (observations normalised as in training):
+    tanh(mean) when deterministic, else a sample of the squashed Gaussian."""
+    actor = Actor(config.hidden_sizes, env.action_size)
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    scale, center = (high - low) / 2, (high + low) / 2
+
+    def act(state, obs, key, deterministic=True):
+        if config.normalize_obs:
+            obs = normalize.normalize(state.obs_stats, obs)
+        mean, log_std = actor.apply(state.actor_params, obs)
+        if deterministic:
+            return center + scale * jnp.tanh(mean)
+        return center + scale * squashed_gaussian(mean, log_std).sample(seed=key)
+
+    return act
+
+
+# ----------------------------------------------------------------------------- Main
+
+@exit_on_user_error
+def main(argv=None):
+    return agent.cli_main("sac", Config, make_train, argv)
+
+
+if __name__ == "__main__":
+    main()
