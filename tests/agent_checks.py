@@ -107,14 +107,16 @@ def check_mjx_smoke(mod, config) -> None:
 
 
 def learning_run(mod, config) -> np.ndarray:
-    """Final deterministic evaluation return of each seed; prints the budget."""
+    """Evaluation returns [seed, evaluation] of a whole run, in order; prints
+    the budget, the last ones and the time taken (with compilation)."""
     t0 = time.time()
     train = mod.make_train(config)
     _, history = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(config.seed), config.num_seeds))
-    final = np.asarray(history["eval/episode_return"])[:, -1]
-    print(f"{mod.__name__} on {config.env}: {config.total_timesteps} steps, eval {final.round(1).tolist()}, "
-          f"{time.time() - t0:.0f}s with compilation")
-    return final
+    returns = np.asarray(history["eval/episode_return"])
+    returns = returns[:, np.isfinite(returns).all(0)]
+    print(f"{mod.__name__} on {config.env}: {config.total_timesteps} steps, last evaluations "
+          f"{returns[:, -5:].round(1).tolist()}, {time.time() - t0:.0f}s with compilation")
+    return returns
 
 
 # --------------------------------------------------------------------- CLI
