@@ -1,0 +1,487 @@
+"""MPO: Maximum a Posteriori Policy Optimisation, fully compiled.
+
+Abdolmaleki, Springenberg, Tassa, Munos, Heess and Riedmiller, "Maximum a
+Posteriori Policy Optimisation", ICLR 2018 (arXiv:1806.06920), in the variant
+with decoupled KL constraints on the mean and the covariance of a diagonal
+Gaussian policy from Abdolmaleki, Springenberg, Degrave, Bohez, Tassa,
+Belov, Heess and Riedmiller, "Relative Entropy Regularized Policy Iteration",
+2018 (arXiv:1812.02256), as in Acme's MPO loss (per-dimension constraints by
+default). Each update:
+
+- Critic: one Q network trained on n-step TD targets
+  r + discount * mean_j Q'(s', a'_j), a'_j ~ pi'(.|s') (target policy and
+  target critic, `num_samples` actions, clipped to the action bounds); plain
+  TD rather than the paper's Retrace.
+- E-step: N = `num_samples` actions a_ij ~ pi'(.|s_i) per state, weights
+  q_ij = softmax_j(Q'(s_i, a_ij) / eta). The temperature eta is a learned dual
+  variable minimising eta * epsilon + eta * mean_i log mean_j exp(Q'(s_i, a_ij) / eta),
+  so that KL(q || pi') is about `epsilon`.
+- M-step: weighted maximum likelihood sum_j q_ij log pi(a_ij|s_i), split in two
+  Gaussians: online mean with the target std, and target mean with the online
+  std, each with its own KL constraint towards the target policy,
+  KL(pi'(s) || pi_mean(s)) <= epsilon_mean and KL(pi'(s) || pi_std(s)) <=
+  epsilon_stddev, enforced by learned Lagrange multipliers (alpha_mean,
+  alpha_stddev) with the usual penalty / dual-ascent split.
+- Duals are kept positive by a softplus (eta = softplus(theta) + 1e-8, as
+  in Acme) and trained with their own Adam (`dual_lr`), so they change by
+  about `dual_lr` per update: additive steps, not multiplicative ones, which
+  keeps a multiplier from exploding while a bound is briefly out of reach of
+  the policy's step size. Target policy and critic are Polyak averages of the
+  online ones.
+
+Exploration samples the online Gaussian; evaluation acts with its mean.
+Actions reaching the env or the critic are clipped to the action bounds.
+
+Acting in `num_envs` parallel envs, physics, replay, learning and evaluation
+run as one XLA program; `--num-seeds N` trains N independent seeds in it.
+
+Usage:
+    python algos/mpo.py --env cheetah_run
+    python algos/mpo.py --env humanoid_walk --num-seeds 4 --backend native
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dataclasses import dataclass
+from typing import NamedTuple, Optional, Tuple
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from common import agent, envs, normalize, replay
+from common.errors import UserError, exit_on_user_error
+
+
+# ----------------------------------------------------------------------------- Config
+
+@dataclass(frozen=True)
+class Config:
+    env: str = "cheetah_run"
+    """dm_control task, <domain>_<task>"""
+    backend: str = "auto"
+    """physics backend: auto (mjx on an accelerator, else native), native or mjx"""
+    num_envs: int = 1
+    """parallel envs per seed"""
+    num_seeds: int = 1
+    """independent seeds trained at once in one program"""
+    total_timesteps: int = 1_000_000
+    """env steps per seed"""
+    seed: int = 1
+    """seed of the first run; the others get their own streams split from it"""
+    eval_every: int = 10_000
+    """env steps between evaluations (0: only at the end)"""
+    eval_episodes: int = 10
+    """deterministic episodes per evaluation"""
+    log_dir: str = "runs"
+    """where run directories (TensorBoard logs, config, checkpoint) go"""
+    checkpoint_every: int = 100_000
+    """env steps between checkpoints (0: only at the end)"""
+    resume: Optional[str] = None
+    """checkpoint file or run directory to continue"""
+
+    buffer_size: int = 1_000_000
+    """replay capacity in transitions (all envs of a seed together)"""
+    learning_starts: int = 10_000
+    """env steps of uniform random actions before learning starts"""
+    batch_size: int = 256
+    """transitions per update"""
+    updates_per_step: float = 1.0
+    """gradient updates per env step; fractions allowed (0.125: one per 8 steps)"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """Polyak averaging rate of the target networks"""
+    actor_lr: float = 1e-4
+    """policy learning rate (Adam); kept low (as in Acme) so that one step's
+    incidental change of the policy stays within the KL bounds"""
+    critic_lr: float = 3e-4
+    """critic learning rate (Adam)"""
+    dual_lr: float = 1e-2
+    """learning rate of the log temperature and log Lagrange multipliers (Adam)"""
+    num_samples: int = 20
+    """actions sampled from the target policy per state (E-step and critic target)"""
+    epsilon: float = 0.1
+    """E-step KL bound between the sample weights and the target policy"""
+    epsilon_mean: float = 1e-3
+    """M-step KL bound on the change of the policy mean"""
+    epsilon_stddev: float = 1e-5
+    """M-step KL bound on the change of the policy std"""
+    init_temperature: float = 10.0
+    """initial E-step temperature eta"""
+    init_alpha_mean: float = 10.0
+    """initial Lagrange multiplier of the mean constraint"""
+    init_alpha_stddev: float = 1000.0
+    """initial Lagrange multiplier of the std constraint"""
+    per_dim_constraining: bool = True
+    """one KL constraint (and multiplier) per action dimension instead of one in total"""
+    n_step: int = 1
+    """n-step returns (windows stop at episode ends)"""
+    hidden_sizes: Tuple[int, ...] = (256, 256)
+    """hidden layer widths of actor and critic"""
+    critic_layer_norm: bool = False
+    """layer norm after each hidden layer of the critic"""
+    normalize_obs: bool = False
+    """normalise observations with running mean/std"""
+
+
+# ----------------------------------------------------------------------------- Networks
+
+INIT_STD, MIN_STD = 0.7, 1e-6
+MIN_DUAL_PARAM = -18.0  # dual parameters are projected to >= this (softplus(-18) ~ 1.5e-8)
+
+
+class Actor(nn.Module):
+    """Diagonal Gaussian: mean and std (softplus, about INIT_STD at init)."""
+    hidden_sizes: Tuple[int, ...]
+    action_size: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs
+        for h in self.hidden_sizes:
+            x = nn.relu(nn.Dense(h)(x))
+        mean = nn.Dense(self.action_size)(x)
+        std = nn.softplus(nn.Dense(self.action_size)(x)) * (INIT_STD / jnp.log(2.0)) + MIN_STD
+        return mean, std
+
+
+class Critic(nn.Module):
+    hidden_sizes: Tuple[int, ...]
+    layer_norm: bool
+
+    @nn.compact
+    def __call__(self, obs, action):
+        x = jnp.concatenate([obs, action], -1)
+        for h in self.hidden_sizes:
+            x = nn.Dense(h)(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
+            x = nn.relu(x)
+        return nn.Dense(1)(x).squeeze(-1)
+
+
+# ----------------------------------------------------------------------------- State
+
+class HParams(NamedTuple):
+    """Float hyperparameters as traced values, so one program can vmap over them."""
+    gamma: jnp.ndarray
+    tau: jnp.ndarray
+    actor_lr: jnp.ndarray
+    critic_lr: jnp.ndarray
+    dual_lr: jnp.ndarray
+    epsilon: jnp.ndarray
+    epsilon_mean: jnp.ndarray
+    epsilon_stddev: jnp.ndarray
+    init_temperature: jnp.ndarray
+    init_alpha_mean: jnp.ndarray
+    init_alpha_stddev: jnp.ndarray
+
+
+class Duals(NamedTuple):
+    """Learned dual variables as unconstrained parameters; `positive` maps
+    them to the temperature and multipliers."""
+    temperature: jnp.ndarray   # []
+    alpha_mean: jnp.ndarray    # [A] per dimension, else [1]
+    alpha_stddev: jnp.ndarray  # [A] per dimension, else [1]
+
+
+def positive(param):
+    return jax.nn.softplus(param) + 1e-8
+
+
+def inverse_positive(value):
+    """softplus^-1, stable for large values (softplus^-1(1000) = 1000)."""
+    return value + jnp.log(-jnp.expm1(-value))
+
+
+class TrainState(NamedTuple):
+    actor_params: dict
+    critic_params: dict
+    actor_target: dict
+    critic_target: dict
+    duals: Duals
+    actor_opt: optax.OptState
+    critic_opt: optax.OptState
+    dual_opt: optax.OptState
+    env_state: envs.EnvState
+    replay: replay.Replay
+    obs_stats: normalize.RunningStats
+    hp: HParams
+    key: jax.Array
+    eval_key: jax.Array
+
+
+def hparams(config: Config) -> HParams:
+    return HParams(*(jnp.asarray(getattr(config, f), jnp.float32) for f in HParams._fields))
+
+
+def init_duals(hp: HParams, num_constraints: int) -> Duals:
+    ones = jnp.ones(num_constraints, jnp.float32)
+    return Duals(inverse_positive(hp.init_temperature), inverse_positive(hp.init_alpha_mean) * ones,
+                 inverse_positive(hp.init_alpha_stddev) * ones)
+
+
+def project_duals(duals: Duals) -> Duals:
+    return jax.tree.map(lambda d: jnp.maximum(d, MIN_DUAL_PARAM), duals)
+
+
+# ----------------------------------------------------------------------------- Training
+
+def validate(config: Config) -> None:
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "buffer_size", "batch_size", "n_step", "updates_per_step", "num_samples",
+                         "epsilon", "epsilon_mean", "epsilon_stddev", "init_temperature",
+                         "init_alpha_mean", "init_alpha_stddev")
+    if min(config.hidden_sizes, default=0) <= 0:
+        raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
+    if config.batch_size > config.buffer_size:
+        raise UserError(f"--batch-size {config.batch_size} is larger than --buffer-size {config.buffer_size}")
+    if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
+        raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an update "
+                        f"within --total-timesteps {config.total_timesteps}")
+
+
+def td_target(reward, discount, next_q_samples):
+    """Expected-value target: the critic averaged over the sampled next
+    actions ([N, B]). `discount` is gamma^m, or 0 after a termination (never
+    after a truncation)."""
+    return reward + discount * next_q_samples.mean(0)
+
+
+def e_step(q, temperature, epsilon):
+    """Non-parametric E-step over N sampled actions per state (q: [N, B]).
+
+    Returns the weights softmax_j(q_ij / eta) (no gradient; each column sums
+    to 1), the temperature dual loss eta * epsilon + eta * mean_i log mean_j
+    exp(q_ij / eta) (whose gradient in eta is epsilon - KL(weights || uniform)),
+    and that mean KL."""
+    q = jax.lax.stop_gradient(q)
+    tempered = q / temperature
+    weights = jax.lax.stop_gradient(jax.nn.softmax(tempered, axis=0))
+    log_mean_exp = jax.nn.logsumexp(tempered, axis=0) - jnp.log(q.shape[0])
+    loss = temperature * (epsilon + log_mean_exp.mean())
+    kl = jnp.sum(weights * (jax.nn.log_softmax(tempered, axis=0) + jnp.log(q.shape[0])), axis=0).mean()
+    return weights, loss, kl
+
+
+def kl_penalty_and_dual_loss(kl, alpha, epsilon, per_dim: bool):
+    """kl: [B, A]. Penalty stopgrad(alpha) * KL on the policy and dual loss
+    alpha * (epsilon - stopgrad(KL)) on the multiplier, with the KL averaged
+    over the batch, per dimension or summed over dimensions."""
+    mean_kl = kl.mean(0) if per_dim else kl.sum(-1).mean(0, keepdims=True)
+    penalty = jnp.sum(jax.lax.stop_gradient(alpha) * mean_kl)
+    dual_loss = jnp.sum(alpha * (epsilon - jax.lax.stop_gradient(mean_kl)))
+    return penalty, dual_loss, mean_kl
+
+
+def policy_loss(mean, std, target_mean, target_std, actions, q, duals: Duals, hp: HParams,
+                per_dim: bool = True):
+    """E-step and decoupled M-step (arXiv:1812.02256): one scalar whose
+    gradient trains the online policy (through mean, std) and the duals.
+
+    mean, std: online policy [B, A]; target_mean, target_std: target policy;
+    actions: [N, B, A] sampled from the target policy; q: [N, B] their values."""
+    temperature = positive(duals.temperature)
+    alpha_mean, alpha_stddev = positive(duals.alpha_mean), positive(duals.alpha_stddev)
+    weights, temperature_loss, kl_weights = e_step(q, temperature, hp.epsilon)
+
+    # online mean with the target std, and target mean with the online std
+    fixed_std = distrax.Normal(mean, target_std)
+    fixed_mean = distrax.Normal(target_mean, std)
+    nll_mean = -(weights * fixed_std.log_prob(actions).sum(-1)).sum(0).mean()
+    nll_stddev = -(weights * fixed_mean.log_prob(actions).sum(-1)).sum(0).mean()
+
+    target = distrax.Normal(target_mean, target_std)
+    penalty_mean, dual_mean, kl_mean = kl_penalty_and_dual_loss(
+        target.kl_divergence(fixed_std), alpha_mean, hp.epsilon_mean, per_dim)
+    penalty_stddev, dual_stddev, kl_stddev = kl_penalty_and_dual_loss(
+        target.kl_divergence(fixed_mean), alpha_stddev, hp.epsilon_stddev, per_dim)
+
+    loss = (nll_mean + nll_stddev + penalty_mean + penalty_stddev
+            + temperature_loss + dual_mean + dual_stddev)
+    metrics = {"losses/actor_loss": nll_mean + nll_stddev, "losses/temperature_loss": temperature_loss,
+               "stats/temperature": temperature, "stats/alpha_mean": alpha_mean.mean(),
+               "stats/alpha_stddev": alpha_stddev.mean(), "stats/kl_weights": kl_weights,
+               "stats/kl_mean": kl_mean.sum(), "stats/kl_stddev": kl_stddev.sum(),
+               "stats/policy_std": std.mean()}
+    return loss, metrics
+
+
+def update_period(config: Config) -> Tuple[int, int]:
+    """(updates per iteration, iterations per update); one of them is 1."""
+    per_iter = config.updates_per_step * config.num_envs
+    if per_iter >= 1:
+        if abs(per_iter - round(per_iter)) > 1e-6:
+            raise UserError(f"--updates-per-step x --num-envs must be a whole number, got {per_iter}")
+        return int(round(per_iter)), 1
+    period = 1 / per_iter
+    if abs(period - round(period)) > 1e-6:
+        raise UserError(f"1 / (--updates-per-step x --num-envs) must be a whole number, got {period}")
+    return 1, int(round(period))
+
+
+METRICS = ("losses/qf_loss", "losses/qf1_values", "losses/actor_loss", "losses/temperature_loss",
+           "stats/temperature", "stats/alpha_mean", "stats/alpha_stddev", "stats/kl_weights",
+           "stats/kl_mean", "stats/kl_stddev", "stats/policy_std")
+
+
+def make_train(config: Config, hooks=None) -> agent.Train:
+    validate(config)
+    env = envs.make(config.env, config.backend)
+    schedule = agent.make_schedule(config, iters_per_step_unit=update_period(config)[1])
+    n_updates, period = update_period(config)
+    E, A, N = config.num_envs, env.action_size, config.num_samples
+    rows = max(config.buffer_size // E, config.n_step + 2)
+    n_final = replay.final_slots(rows, env.episode_length)
+    agent.check_memory(config.num_seeds * replay.nbytes(rows, E, env.observation_size, A, n_final),
+                       "the replay buffer")
+
+    actor = Actor(config.hidden_sizes, A)
+    critic = Critic(config.hidden_sizes, config.critic_layer_norm)
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    scale, center = (high - low) / 2, (high + low) / 2
+    to_env = lambda a: jnp.clip(center + scale * a, low, high)  # policy units -> env units
+    obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
+
+    def sampled_q(critic_params, obs, actions):
+        """Q of N actions per state: obs [B, D], actions [N, B, A] -> [N, B]."""
+        return critic.apply(critic_params, jnp.broadcast_to(obs, (N,) + obs.shape), to_env(actions))
+
+    def init(key):
+        key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
+        hp = hparams(config)
+        dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
+        actor_params = actor.init(k_actor, dummy_obs)
+        critic_params = critic.init(k_critic, dummy_obs, dummy_act)
+        duals = init_duals(hp, A if config.per_dim_constraining else 1)
+        return TrainState(
+            actor_params=actor_params, critic_params=critic_params,
+            actor_target=actor_params, critic_target=critic_params, duals=duals,
+            actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
+            dual_opt=dual_tx(hp).init(duals),
+            env_state=jax.vmap(env.reset)(jax.random.split(k_env, E)),
+            replay=replay.init(rows, E, env.observation_size, A, n_final),
+            obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
+
+    def actor_tx(hp):
+        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.actor_lr)
+
+    def critic_tx(hp):
+        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.critic_lr)
+
+    def dual_tx(hp):
+        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.dual_lr)
+
+    def update(state: TrainState, u):
+        """One critic update, then policy and duals (E- and M-step), then targets."""
+        hp = state.hp
+        key, k_sample, k_next, k_now = jax.random.split(state.key, 4)
+        batch = replay.sample(state.replay, k_sample, config.batch_size, config.n_step, hp.gamma)
+        obs = obs_in(state.obs_stats, batch.obs)
+        next_obs = obs_in(state.obs_stats, batch.next_obs)
+
+        next_actions = distrax.Normal(*actor.apply(state.actor_target, next_obs)).sample(
+            seed=k_next, sample_shape=N)
+        target = td_target(batch.reward, batch.discount,
+                           sampled_q(state.critic_target, next_obs, next_actions))
+
+        def critic_loss(params):
+            q = critic.apply(params, obs, batch.action)
+            return (batch.mask * (q - target) ** 2).mean(), q
+
+        (qf_loss, q), grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params)
+        updates, critic_opt = critic_tx(hp).update(grads, state.critic_opt, state.critic_params)
+        critic_params = optax.apply_updates(state.critic_params, updates)
+
+        target_mean, target_std = actor.apply(state.actor_target, obs)
+        actions = distrax.Normal(target_mean, target_std).sample(seed=k_now, sample_shape=N)
+        q_samples = sampled_q(state.critic_target, obs, actions)
+
+        def loss(actor_params, duals):
+            mean, std = actor.apply(actor_params, obs)
+            return policy_loss(mean, std, target_mean, target_std, actions, q_samples, duals, hp,
+                               config.per_dim_constraining)
+
+        (_, metrics), (actor_grads, dual_grads) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
+            state.actor_params, state.duals)
+        updates, actor_opt = actor_tx(hp).update(actor_grads, state.actor_opt, state.actor_params)
+        actor_params = optax.apply_updates(state.actor_params, updates)
+        updates, dual_opt = dual_tx(hp).update(dual_grads, state.dual_opt, state.duals)
+        duals = project_duals(optax.apply_updates(state.duals, updates))
+
+        polyak = lambda t, p: optax.incremental_update(p, t, hp.tau)
+        state = state._replace(
+            actor_params=actor_params, critic_params=critic_params, duals=duals,
+            actor_opt=actor_opt, critic_opt=critic_opt, dual_opt=dual_opt,
+            actor_target=polyak(state.actor_target, actor_params),
+            critic_target=polyak(state.critic_target, critic_params), key=key)
+        return state, {"losses/qf_loss": qf_loss, "losses/qf1_values": q.mean(), **metrics}
+
+    def iteration(state: TrainState, i):
+        """Every env takes one step; then the due gradient updates."""
+        key, k_policy, k_random = jax.random.split(state.key, 3)
+        env_state = state.env_state
+        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
+            else state.obs_stats
+        mean, std = actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs))
+        explore = to_env(distrax.Normal(mean, std).sample(seed=k_policy))
+        random = jax.random.uniform(k_random, explore.shape, minval=low, maxval=high)
+        warmup = i * E < config.learning_starts
+        action = jnp.where(warmup, random, explore)
+
+        next_state = jax.vmap(env.step)(env_state, action)
+        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"])
+        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
+
+        def learn(state):
+            state, m = jax.lax.scan(update, state, (i // period) * n_updates + jnp.arange(n_updates))
+            return state, jax.tree.map(jnp.nanmean, m)
+
+        nan = jnp.full((), jnp.nan, jnp.float32)
+        no_metrics = {k: nan for k in METRICS}
+        due = ~warmup & (i % period == period - 1) & replay.can_sample(state.replay, config.n_step)
+        state, metrics = jax.lax.cond(due, learn, lambda s: (s, no_metrics), state)
+        return state, {**metrics, **agent.episode_metrics(next_state)}
+
+    act = make_act(config, env)
+
+    def evaluate(state: TrainState):
+        return agent.evaluate(env, act, state, lambda o: o, state.eval_key, config.eval_episodes)
+
+    run = agent.make_runner(schedule, iteration, evaluate, hooks)
+    return agent.Train(env, schedule, init, run, hooks)
+
+
+def make_act(config: Config, env: envs.Env):
+    """act(state, obs, key, deterministic) -> action in env units, from the
+    train state's policy (observations normalised as in training): the
+    Gaussian's mean when deterministic, else a sample; clipped to the bounds."""
+    actor = Actor(config.hidden_sizes, env.action_size)
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    scale, center = (high - low) / 2, (high + low) / 2
+
+    def act(state, obs, key, deterministic=True):
+        if config.normalize_obs:
+            obs = normalize.normalize(state.obs_stats, obs)
+        mean, std = actor.apply(state.actor_params, obs)
+        action = mean if deterministic else distrax.Normal(mean, std).sample(seed=key)
+        return jnp.clip(center + scale * action, low, high)
+
+    return act
+
+
+# ----------------------------------------------------------------------------- Main
+
+@exit_on_user_error
+def main(argv=None):
+    return agent.cli_main("mpo", Config, make_train, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""MPO end to end: smoke on both backends, seeds, resume, the E-step weights
+and temperature dual, the decoupled KL constraints, bad input and learning.
+Tiny networks and budgets; compiled programs are shared."""
+import dataclasses
+
+import distrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from algos import mpo
+from tests import agent_checks as checks
+
+TINY = mpo.Config(env="cartpole_balance", backend="native", num_envs=2, num_seeds=2,
+                  total_timesteps=2000, learning_starts=500, batch_size=32, buffer_size=1000,
+                  hidden_sizes=(16, 16), eval_every=1000, eval_episodes=2, checkpoint_every=1000,
+                  n_step=3, num_samples=8)
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    return checks.tiny_run(mpo, TINY)
+
+
+def test_smoke_native_two_seeds(tiny_run):
+    checks.check_smoke(tiny_run)
+    h = tiny_run["history"]
+    for name in mpo.METRICS:
+        assert np.isfinite(h[name][:, -1]).all(), name
+    duals = tiny_run["final"].duals
+    assert duals.alpha_mean.shape == (2, 1)                   # per dimension: cartpole has one
+    assert all(np.isfinite(d).all() and (d >= mpo.MIN_DUAL_PARAM).all() for d in duals)
+
+
+def test_seeds_get_their_own_streams(tiny_run):
+    checks.check_seeds_differ(tiny_run)
+
+
+def test_resume_is_bitwise_identical(tiny_run, tmp_path):
+    checks.check_resume_bitwise(tiny_run, "mpo", tmp_path)
+
+
+def test_checkpoint_of_other_agent_or_shape_is_refused(tiny_run, tmp_path, capsys):
+    checks.check_checkpoint_refused(tiny_run, mpo, "mpo", tmp_path, capsys)
+
+
+def test_smoke_mjx():
+    checks.check_mjx_smoke(mpo, TINY)
+
+
+def test_act_is_the_clipped_mean(tiny_run):
+    train = tiny_run["train"]
+    act = mpo.make_act(TINY, train.env)
+    state = jax.tree.map(lambda x: x[0], tiny_run["final"])
+    obs = jnp.asarray(tiny_run["final"].env_state.obs[0])
+    mean, _ = mpo.Actor(TINY.hidden_sizes, train.env.action_size).apply(state.actor_params, obs)
+    np.testing.assert_allclose(act(state, obs, None, True), jnp.clip(mean, -1, 1), rtol=1e-6)
+    # push the mean far outside the bounds: actions stay within them
+    params = jax.tree.map(lambda x: x, state.actor_params)
+    last = f"Dense_{len(TINY.hidden_sizes)}"
+    params["params"][last]["bias"] = params["params"][last]["bias"] + 50.0
+    far = state._replace(actor_params=params)
+    assert (act(far, obs, None, True) == 1.0).all()
+    assert (act(far, obs, jax.random.PRNGKey(0), False) == 1.0).all()
+
+
+# --------------------------------------------------------------------- E-step
+
+def test_critic_target_averages_sampled_next_actions():
+    q = jnp.array([[1.0, 2.0, 0.0], [3.0, 2.0, 4.0]])         # [N=2, B=3]
+    y = mpo.td_target(jnp.ones(3), jnp.array([0.5, 0.0, 0.9]), q)
+    np.testing.assert_allclose(y, [1 + 0.5 * 2.0, 1.0, 1 + 0.9 * 2.0], rtol=1e-6)
+
+
+def test_e_step_weights_are_a_normalised_softmax_over_samples():
+    q = jax.random.normal(jax.random.PRNGKey(0), (20, 7)) * 3
+    w, _, kl = mpo.e_step(q, 2.0, 0.1)
+    assert w.shape == (20, 7) and (w >= 0).all()
+    np.testing.assert_allclose(w.sum(0), 1, rtol=1e-5)
+    np.testing.assert_allclose(w, jax.nn.softmax(q / 2.0, axis=0), rtol=1e-5)
+    order = np.argsort(np.asarray(q), 0)                          # weights rank like q
+    assert (np.diff(np.take_along_axis(np.asarray(w), order, 0), axis=0) >= 0).all()
+    np.testing.assert_allclose(kl, np.mean(np.sum(w * np.log(w * 20), 0)), rtol=1e-4)
+    flat, _, kl_flat = mpo.e_step(q, 1e6, 0.1)                    # hot: uniform, no KL
+    np.testing.assert_allclose(flat, 1 / 20, rtol=1e-3)
+    assert float(kl_flat) < 1e-6
+    sharp, _, _ = mpo.e_step(q, 1e-3, 0.1)                       # cold: the best sample
+    np.testing.assert_allclose(sharp.max(0), 1, rtol=1e-5)
+    # no gradient flows into q through the weights
+    g = jax.grad(lambda q: (mpo.e_step(q, 2.0, 0.1)[0] * q).sum())(q)
+    np.testing.assert_allclose(g, jax.lax.stop_gradient(jax.nn.softmax(q / 2.0, axis=0)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("spread,eta_rises", [(30.0, True), (0.01, False)], ids=["kl>eps", "kl<eps"])
+def test_temperature_dual_gradient_is_epsilon_minus_kl(spread, eta_rises):
+    """d/d eta [eta eps + eta mean log mean exp(q / eta)] = eps - KL(w || uniform):
+    the temperature rises while the weights are further than epsilon from the
+    samples' distribution and falls while closer."""
+    q = jax.random.normal(jax.random.PRNGKey(1), (20, 16)) * spread
+    grad = jax.grad(lambda t: mpo.e_step(q, t, 0.1)[1])(1.0)
+    _, _, kl = mpo.e_step(q, 1.0, 0.1)
+    np.testing.assert_allclose(grad, 0.1 - kl, rtol=1e-4, atol=1e-6)
+    assert (float(grad) < 0) == eta_rises
+
+
+def test_temperature_dual_converges_to_the_kl_bound():
+    q = jax.random.normal(jax.random.PRNGKey(2), (20, 64)) * 10
+    tx = optax.adam(0.05)
+
+    def step(carry, _):
+        param, opt = carry
+        g = jax.grad(lambda p: mpo.e_step(q, mpo.positive(p), 0.1)[1])(param)
+        updates, opt = tx.update(g, opt)
+        return (optax.apply_updates(param, updates), opt), None
+
+    start = mpo.inverse_positive(jnp.float32(10.0))
+    (param, _), _ = jax.lax.scan(step, (start, tx.init(start)), None, length=1000)
+    _, _, kl = mpo.e_step(q, mpo.positive(param), 0.1)
+    np.testing.assert_allclose(kl, 0.1, rtol=0.05)
+
+
+# --------------------------------------------------------------------- M-step
+
+def _m_step(init_alpha, dual_lr, per_dim=True, steps=6000, B=16, A=2, N=20):
+    """Fits a free per-state Gaussian (mean, log std) to samples of the target
+    N(0, 1) with a huge advantage for the largest actions, with the full
+    policy + dual loss (E-step weights, decoupled M-step, Lagrange duals).
+    Returns the mean and std KLs per dimension, averaged over the last steps."""
+    hp = mpo.hparams(dataclasses.replace(TINY, init_alpha_mean=init_alpha, init_alpha_stddev=init_alpha,
+                                         init_temperature=1.0))._replace(dual_lr=dual_lr)
+    target_mean, target_std = jnp.zeros((B, A)), jnp.ones((B, A))
+    actions = distrax.Normal(target_mean, target_std).sample(seed=jax.random.PRNGKey(3), sample_shape=N)
+    q = 1e4 * actions.sum(-1)                                      # [N, B]
+    policy_tx, dual_tx = optax.adam(1e-3), optax.adam(hp.dual_lr)
+    policy = (target_mean, jnp.log(target_std))
+    duals = mpo.init_duals(hp, A if per_dim else 1)
+
+    def loss(policy, duals):
+        mean, log_std = policy
+        return mpo.policy_loss(mean, jnp.exp(log_std), target_mean, target_std, actions, q, duals, hp,
+                               per_dim)
+
+    def step(carry, _):
+        policy, duals, p_opt, d_opt = carry
+        (_, m), (gp, gd) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(policy, duals)
+        up, p_opt = policy_tx.update(gp, p_opt)
+        ud, d_opt = dual_tx.update(gd, d_opt)
+        duals = mpo.project_duals(optax.apply_updates(duals, ud))
+        mean, log_std = policy = optax.apply_updates(policy, up)
+        target = distrax.Normal(target_mean, target_std)
+        kls = (target.kl_divergence(distrax.Normal(mean, target_std)).mean(0),
+               target.kl_divergence(distrax.Normal(target_mean, jnp.exp(log_std))).mean(0))
+        return (policy, duals, p_opt, d_opt), kls
+
+    carry = (policy, duals, policy_tx.init(policy), dual_tx.init(duals))
+    _, (kl_mean, kl_std) = jax.jit(lambda c: jax.lax.scan(step, c, None, length=steps))(carry)
+    return np.asarray(kl_mean[-steps // 4:].mean(0)), np.asarray(kl_std[-steps // 4:].mean(0))
+
+
+def test_kl_constraints_bind_under_a_huge_advantage():
+    """With a huge advantage the weighted maximum likelihood alone would move
+    the mean to the best sample (about 1.3 target stds per dimension, KL ~ 1)
+    and change the std; the learned multipliers hold each dimension's KL at
+    about epsilon_mean = 1e-3 and epsilon_stddev = 1e-5."""
+    kl_mean, kl_std = _m_step(init_alpha=1.0, dual_lr=1.0)
+    np.testing.assert_allclose(kl_mean, TINY.epsilon_mean, rtol=0.15)
+    np.testing.assert_allclose(kl_std, TINY.epsilon_stddev, rtol=0.15)
+    free_mean, free_std = _m_step(init_alpha=1e-7, dual_lr=0.0)   # multipliers held at ~0
+    assert (free_mean > 100 * TINY.epsilon_mean).all() and (free_std > 100 * TINY.epsilon_stddev).all()
+
+
+def test_kl_constraint_on_the_sum_over_dimensions():
+    """--no-per-dim-constraining: one multiplier each, bounding the KL summed
+    over action dimensions."""
+    kl_mean, kl_std = _m_step(init_alpha=1.0, dual_lr=1.0, per_dim=False)
+    np.testing.assert_allclose(kl_mean.sum(), TINY.epsilon_mean, rtol=0.15)
+    np.testing.assert_allclose(kl_std.sum(), TINY.epsilon_stddev, rtol=0.15)
+
+
+def test_duals_stay_positive_per_dimension():
+    hp = mpo.hparams(TINY)
+    duals = mpo.init_duals(hp, 3)
+    assert duals.alpha_mean.shape == (3,) and duals.temperature.shape == ()
+    np.testing.assert_allclose(mpo.positive(duals.temperature), TINY.init_temperature, rtol=1e-6)
+    np.testing.assert_allclose(mpo.positive(duals.alpha_mean), TINY.init_alpha_mean, rtol=1e-6)
+    np.testing.assert_allclose(mpo.positive(duals.alpha_stddev), TINY.init_alpha_stddev, rtol=1e-6)
+    assert mpo.init_duals(hp, 1).alpha_mean.shape == (1,)
+    # far below zero the projection keeps them positive
+    low = mpo.project_duals(mpo.Duals(jnp.float32(-1e3), -1e3 * jnp.ones(3), jnp.ones(3)))
+    assert float(low.temperature) == mpo.MIN_DUAL_PARAM and (mpo.positive(low.alpha_mean) > 0).all()
+
+
+# --------------------------------------------------------------------- CLI
+
+def test_cli_help(capsys):
+    checks.check_help(mpo, capsys, "--epsilon-mean", "--num-samples", "--dual-lr", "Lagrange")
+
+
+BAD = checks.BAD + [(["--num-samples", "0"], "num-samples must be positive"),
+                    (["--epsilon-stddev", "0"], "epsilon-stddev must be positive")]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_one_line_exit_2_no_run_dir(args, message, tmp_path, capsys):
+    checks.check_bad_input(mpo, args, message, tmp_path, capsys)
+
+
+# --------------------------------------------------------------------- learning
+
+LEARN = mpo.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=1,
+                   total_timesteps=20_000, learning_starts=1000, batch_size=128, buffer_size=40_000,
+                   hidden_sizes=(64, 64), n_step=3, critic_layer_norm=True, actor_lr=1e-4,
+                   critic_lr=1e-3, tau=0.02, epsilon_mean=1e-2, updates_per_step=2, eval_every=0,
+                   eval_episodes=5, checkpoint_every=0)
+
+
+def test_learns_cartpole_balance():
+    """Zero action scores 714 and random actions 325-413: >= 950 needs a policy
+    that balances. One seed, deterministic on CPU."""
+    final = np.ravel(checks.learning_run(mpo, LEARN))[-1]
+    assert final >= 950, final
