@@ -122,6 +122,9 @@ class Env:
         self.action_high = np.asarray(spec.maximum, np.float32)
         fields = tuple(dict.fromkeys(("qpos", "qvel", *self.task.fields)))
         self.native = NativePhysics(self.model, self.n_sub_steps, fields, nthread)
+        if backend == "mjx":  # first, so that a feature MJX lacks fails before the pool is built
+            from common.envs.mjx_backend import MjxPhysics
+            self.mjx = MjxPhysics(self.model, self.n_sub_steps, fields, name, self.native.field_shapes)
 
         self._zero_action = jnp.zeros(self.action_size, jnp.float32)
         rows, params = _initial_pool(name, pool_size, pool_seed)
@@ -131,9 +134,7 @@ class Env:
         self._pool_obs = jax.jit(jax.vmap(self._observe_flat))(
             jnp.asarray(pool_fields), self._pool_task)
         self.observation_size = int(self._pool_obs.shape[-1])
-        if backend == "mjx":  # copies the model as the pool's resets left it, as native steps it
-            from common.envs.mjx_backend import MjxPhysics
-            self.mjx = MjxPhysics(self.model, self.n_sub_steps, fields, name, self.native.field_shapes)
+        if backend == "mjx":
             self._pool_mjx = self.mjx.pool(rows)
 
     def __repr__(self) -> str:

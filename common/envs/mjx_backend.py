@@ -18,6 +18,10 @@ Where MJX differs from MuJoCo C, this module closes the gap:
   constraint rows; here they are always computed, as in C.
 * `mjx.rungekutta4` evaluates sensors at its intermediate stages; C skips them
   there, so sensordata is kept from the substep's first forward pass.
+* plane-capsule contacts get C's tangent frame (see
+  `_use_c_plane_capsule_frame`): with pyramidal friction cones MJX's frame
+  changed the contact forces of steep limbs on the floor (humanoid touch and
+  force sensors by up to 2x, and trajectories with them).
 * `mjENBL_ENERGY` (used by acrobot, cartpole and pendulum only for the energy
   diagnostic) is rejected by `mjx.put_model`; it affects no dynamics and no
   field a task reads, so it is switched off in MJX's copy of the model unless
