@@ -1,4 +1,5 @@
 """User mistakes end with one clear line and exit status 2, never a traceback."""
+import argparse
 import sys
 
 
@@ -17,3 +18,11 @@ def exit_on_user_error(fn):
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for the scripts: a usage mistake is a UserError (one line,
+    exit status 2 under `exit_on_user_error`), not argparse's usage block."""
+
+    def error(self, message):
+        raise UserError(f"{message} (see {self.prog} --help)")

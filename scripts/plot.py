@@ -30,7 +30,7 @@ from typing import Dict, Iterator, List, NamedTuple, Tuple
 
 import numpy as np
 
-from common.errors import UserError, exit_on_user_error
+from common.errors import ArgumentParser, UserError, exit_on_user_error
 
 FORMATS = ("png", "pdf")
 RESAMPLES = 10_000  # bootstrap resamples for the table (the curves use fewer)
@@ -275,7 +275,7 @@ def figure(groups: Dict[Group, List[Series]], tag: str):
 # --------------------------------------------------------------------------- main
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
+    p = ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, or folders of them")
     p.add_argument("--tag", default="eval/episode_return",

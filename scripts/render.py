@@ -31,7 +31,7 @@ import re
 import subprocess
 from typing import Dict, List, Optional
 
-from common.errors import UserError, exit_on_user_error
+from common.errors import ArgumentParser, UserError, exit_on_user_error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GL_BACKENDS = ("egl", "osmesa")
@@ -45,7 +45,7 @@ _PROBE = ("import mujoco\n"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
+    p = ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT",
                    help="a run directory (runs/<env>__<algo>__<seed>__<time>) or a checkpoint .npz")
@@ -170,7 +170,7 @@ def load_policy(path: str, backend: str, index: int):
     states, header = ckpt.load(path, template, {"algo": header["algo"], "env": config.env,
                                                 "num_seeds": config.num_seeds})
     config = dataclasses.replace(config, backend=train.env.backend)
-    state = jax.tree.map(lambda x: jax.numpy.asarray(x[index]), states)
+    state = jax.tree.map(lambda x: x[index], states)  # numpy: no compiled op per leaf
     return header, config, train.env, module.make_act(config, train.env), state
 
 

@@ -119,6 +119,7 @@ def test_by_run_other_tag_and_single_run(logs, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["/nonexistent/run"], "no run directory"),
     (["TAGS", "--tag", "losses/none"], "tags found: charts/sps, eval/episode_return"),
+    (["TAGS", "--format", "gif"], "invalid choice"),
 ])
 def test_bad_input_one_line_exit_2(args, message, logs, capsys):
     args = [str(logs) if a == "TAGS" else a for a in args]

@@ -167,6 +167,7 @@ def test_bad_input(gl, run_dir, tmp_path, capsys):
     _one_line_exit_2([str(run_dir), "--width", "33"], capsys, "even")
     _one_line_exit_2([str(run_dir), "--backend", "cuda"], capsys, "unknown backend")
     _one_line_exit_2([str(run_dir), "--out", str(tmp_path / "v.gif")], capsys, ".mp4")
+    _one_line_exit_2([str(run_dir), "--episodes", "two"], capsys, "invalid int value")
 
 
 def test_no_gl_says_what_to_install(tmp_path):
