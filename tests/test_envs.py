@@ -330,3 +330,27 @@ def test_diverging_simulation_is_reset_and_counted(cartpole, cartpole_fns, bad):
     s3 = cartpole_fns["step"](s._replace(obs=nan_obs), act)
     assert np.isfinite(np.asarray(s3.info["final_obs"])).all()
     assert np.isfinite(np.asarray(s3.obs)).all()
+
+
+def test_init_state_keeps_equality_constraints_on():
+    """The reset-time forward of init_state (native) starts from the state
+    mj_resetData leaves: quadruped's tendon couplings (equality constraints)
+    stay active, so force/torque observations at a contact state equal
+    dm_control's own reset-time forward. (A zeroed row switched them off:
+    force readings of ~25 instead of ~1400 at some states.)"""
+    from dm_control import suite
+    env = envs.make("quadruped_run", "native", pool_size=4)
+    dm = suite.load("quadruped", "run", task_kwargs={"random": 0})
+    dm.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(40):  # into contact with the floor
+        dm.step(rng.uniform(-1, 1, dm.action_spec().shape))
+    p = dm.physics
+    q, v, ws = p.data.qpos.copy(), p.data.qvel.copy(), p.data.qacc_warmstart.copy()
+    assert p.data.ncon > 0
+    p.reset()
+    p.data.qpos[:], p.data.qvel[:], p.data.qacc_warmstart[:] = q, v, ws
+    p.after_reset()  # dm_control's reset-time forward (actuation off)
+    expected = np.concatenate([np.ravel(x) for x in dm.task.get_observation(p).values()])
+    state = env.init_state(q, v, ws)
+    np.testing.assert_allclose(np.asarray(state.obs), expected, rtol=1e-4, atol=1e-4)

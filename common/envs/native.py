@@ -144,6 +144,12 @@ class NativePhysics:
         m2 = copy_model(model)
         m2.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ACTUATION
         self.forward_model = m2
+        # ... on the state mj_resetData leaves, as dm_control's reset does: what
+        # is not carried (eq_active, ctrl, applied forces) keeps the model's
+        # defaults. A zero row would switch the equality constraints off
+        # (quadruped's tendon couplings, manipulator's finger coupling).
+        self.default_row = np.zeros(mujoco.mj_stateSize(model, S.mjSTATE_INTEGRATION))
+        mujoco.mj_getState(model, mujoco.MjData(model), self.default_row, S.mjSTATE_INTEGRATION)
         # The observation stage (mj_step1 at the new state) on a model without
         # constraints and passive forces, when the fields allow it (see above);
         # else (split False) as part of the step on the model itself.
@@ -248,7 +254,7 @@ class NativePhysics:
         n = int(np.prod(lead, dtype=np.int64))
         with self._lock:
             b = self._batch(n, "forward")
-            b.state[:] = 0.0
+            b.state[:] = self.default_row
             b.state[:, self.cols] = decode(bits).reshape(n, self.nstate)
             b.forward(stage=int(mujoco.mjtStage.mjSTAGE_ACC))
             fields = self._collect(b, n)
