@@ -338,9 +338,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
     def tx(hp):
         return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.scale_by_adam(eps=1e-5))
 
-    def init(key):
+    def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
-        hp = hparams(config)
+        hp = hparams(config) if hp is None else hp
         dummy_obs = jnp.zeros(D)
         actor_params = actor.init(k_actor, dummy_obs)
         actor_params["params"]["log_std"] = jnp.full(A, hp.init_log_std)
