@@ -238,9 +238,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
     to_env = lambda a: center + scale * a  # tanh output -> env units
     obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
 
-    def init(key):
+    def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
-        hp = hparams(config)
+        hp = hparams(config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
         critic_params = critic.init(k_critic, dummy_obs, dummy_act)

@@ -352,9 +352,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         """Q of N actions per state: obs [B, D], actions [N, B, A] -> [N, B]."""
         return critic.apply(critic_params, jnp.broadcast_to(obs, (N,) + obs.shape), to_env(actions))
 
-    def init(key):
+    def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
-        hp = hparams(config)
+        hp = hparams(config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
         critic_params = critic.init(k_critic, dummy_obs, dummy_act)

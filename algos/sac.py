@@ -254,9 +254,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         """Reparameterised squashed sample in [-1, 1] and its log-density."""
         return squashed_gaussian(*actor.apply(params, obs)).sample_and_log_prob(seed=key)
 
-    def init(key):
+    def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
-        hp = hparams(config)
+        hp = hparams(config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
         critic_params = critic.init(k_critic, dummy_obs, dummy_act)

@@ -11,17 +11,21 @@ holds the parts that are the same for all of them:
   run executes the very same compiled program as an uninterrupted one.
 - `evaluate`: deterministic-policy episodes with fixed keys.
 - `cli_main`: parse, validate, train, log, checkpoint, resume; user
-  mistakes end with one line and exit status 2.
+  mistakes end with one line and exit status 2. It trains every member
+  (seeds x sweep combinations, scripts/sweep.py) in one program, sharded
+  over the devices when JAX sees several (common/parallel.py), after
+  checking that the members' states fit in memory.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import shutil
 import sys
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -112,7 +116,11 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
     (unbatched under vmap, so conds on it stay real branches).
     evaluate(state) -> mean evaluation return.
     history holds one scalar per chunk and metric (bounded by the number of
-    chunks, never per env step)."""
+    chunks, never per env step).
+    `member` (optional): this member's global index among all vmapped and
+    sharded members; when given, the hooks are called as log(lead, step,
+    metrics, member) and checkpoint(lead, chunk, state, member), so that the
+    host can reassemble the shards of several devices (parallel.Gather)."""
     L = schedule.chunk_iters
 
     def metrics_of(state):
@@ -121,7 +129,8 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
         m["eval/episode_return"] = jnp.zeros((), jnp.float32)
         return m
 
-    def run(state, start_chunk):
+    def run(state, start_chunk, member=None):
+        extra = () if member is None else (member,)
         nan_metrics = jax.tree.map(lambda _: jnp.full((), jnp.nan, jnp.float32),
                                    jax.eval_shape(metrics_of, state))
 
@@ -135,11 +144,11 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
                 is_eval, evaluate, lambda s: jnp.full((), jnp.nan, jnp.float32), state)
             if hooks is not None:
                 step = (c + 1) * schedule.steps_per_chunk
-                token = token + host_call(hooks.log, step, metrics)
+                token = token + host_call(hooks.log, step, metrics, *extra)
                 is_ckpt = last | ((schedule.checkpoint_every > 0)
                                   & ((c + 1) % max(schedule.checkpoint_every, 1) == 0))
                 token = token + jax.lax.cond(
-                    is_ckpt, lambda s: host_call(hooks.checkpoint, c, s),
+                    is_ckpt, lambda s: host_call(hooks.checkpoint, c, s, *extra),
                     lambda s: jnp.zeros((), jnp.int32), state)
             return (state, token), metrics
 
@@ -174,84 +183,106 @@ def evaluate(env, act: Callable, params, obs_transform: Callable, key: jax.Array
 
 # --------------------------------------------------------------------------- CLI
 
-def available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def check_memory(nbytes: int, what: str) -> None:
-    """Refuse before compiling a run that cannot fit (device memory on an
-    accelerator, host memory on CPU)."""
-    dev = jax.devices()[0]
-    limit = None
-    if dev.platform != "cpu":
-        stats = dev.memory_stats() or {}
-        limit = stats.get("bytes_limit")
-    limit = limit or available_memory()
+    """Early refusal inside make_train of a part (replay, rollout batch) that
+    cannot fit on one device (host memory on CPU). The whole run (every
+    member's state) is checked by `parallel.check_fits` before compiling."""
+    from common import parallel
+    limit, where = parallel.device_limit()
     if nbytes > 0.9 * limit:
         raise UserError(f"{what} needs about {nbytes / 2**30:.1f} GiB but only {limit / 2**30:.1f} GiB "
-                        f"is available on {dev.platform}; lower --buffer-size, --num-envs or --num-seeds")
+                        f"is available on {where}; lower --buffer-size, --num-envs or --num-seeds")
 
 
-def cli_main(algo: str, config_cls, make_train: Callable, argv=None) -> Any:
+def cli_main(algo: str, config_cls, make_train: Callable, argv=None,
+             sweep_specs: Optional[Sequence[str]] = None) -> Any:
+    """Parse, check, train, log, checkpoint, resume. `sweep_specs`
+    (`name=v1,v2` strings, scripts/sweep.py): train every combination x seed
+    in the same program. Members (seeds x combinations) are sharded over the
+    devices when JAX sees several."""
     import tyro
-    from common import envs
-    config = tyro.cli(config_cls, args=argv, description=sys.modules[make_train.__module__].__doc__)
+    from common import envs, parallel, sweep
+    module = sys.modules[make_train.__module__]
+    config = tyro.cli(config_cls, args=argv, description=module.__doc__)
+    parallel.initialize_distributed()
     envs.resolve_backend(config.backend)
     if config.env not in envs.names():
         raise UserError(f"unknown task {config.env!r}; valid tasks: {', '.join(envs.names())}")
+    axes = sweep.parse_axes(sweep_specs or (), config_cls, module.HParams, algo)
+    for combo in sweep.combinations(axes) if axes else ():
+        getattr(module, "validate", lambda c: None)(sweep.combination_config(config, axes, combo))
+    hps, member_combos = sweep.member_hparams(config, axes, module.hparams, config.num_seeds)
+    num_members = len(member_combos)
+    mesh = parallel.make_mesh(num_members,
+                              "--num-seeds x the sweep combinations" if axes else "--num-seeds")
+    sweep_meta = [[a.name, list(a.values)] for a in axes] or None
 
     header = None
     if config.resume:
         header = ckpt.read_header(config.resume)
-        for key, want in (("algo", algo), ("env", config.env)):
+        for key, want in (("algo", algo), ("env", config.env), ("sweep", sweep_meta)):
             if header.get(key) != want:
                 raise UserError(f"checkpoint {config.resume!r} is for {key}={header.get(key)!r}, "
                                 f"not {want!r}")
+        if jax.process_count() > 1:
+            raise UserError("--resume runs in a single process (each process of a multi-host run "
+                            "checkpoints only its own members)")
     trainer = make_train(config, hooks=_PendingHooks())  # validates sizes and memory
+    estimate = parallel.check_fits(trainer, num_members, mesh)
     env = trainer.env
+    devices = 1 if mesh is None else mesh.devices.size
     print(f"{algo} on {config.env}: backend {env.backend}, {config.num_seeds} seed(s) x "
-          f"{config.num_envs} env(s), {trainer.schedule.total_steps} env steps per seed")
+          f"{len(member_combos) // config.num_seeds} combination(s) x {config.num_envs} env(s), "
+          f"{trainer.schedule.total_steps} env steps each; {num_members} member(s) on {devices} "
+          f"device(s), about {estimate['total'] / 2**20:.1f} MiB of state")
 
-    keys = jax.random.split(jax.random.PRNGKey(config.seed), config.num_seeds)
-    init = jax.jit(jax.vmap(trainer.init))
+    seed_keys = jax.random.split(jax.random.PRNGKey(config.seed), config.num_seeds)
+    keys = np.tile(np.asarray(seed_keys), (num_members // config.num_seeds, 1))
+    init, run = parallel.compile_members(trainer, mesh)
     start_chunk = 0
     if header is not None:
-        template = jax.eval_shape(init, keys)
+        template = jax.eval_shape(jax.vmap(trainer.init), keys, hps)
         states, header = ckpt.load(config.resume, template, {
             "algo": algo, "env": config.env, "num_seeds": config.num_seeds})
         start_chunk = int(header["chunk"]) + 1
         run_dir = header["run_dir"]
         print(f"resuming {run_dir} after chunk {start_chunk} of {trainer.schedule.num_chunks}")
     else:
-        run_dir = os.path.join(config.log_dir, run_name(config.env, algo, config.seed))
+        run_dir = os.path.join(config.log_dir, run_name(config.env, algo + ("_sweep" if axes else ""),
+                                                        config.seed))
+        if jax.process_count() > 1:
+            run_dir += f"__process{jax.process_index()}"
     created = not os.path.exists(run_dir)
-    logger = RunLogger(run_dir, config, trainer.schedule.total_steps,
-                       [config.seed + i for i in range(config.num_seeds)])
+    local = parallel.local_members(mesh, num_members)
+    seeds = [int(config.seed + m % config.num_seeds) for m in local]
+    if axes:
+        streams = [f"{sweep.label(member_combos[m])}/seed_{s}" for m, s in zip(local, seeds)]
+        tags = [dict(member_combos[m], seed=s, member=int(m)) for m, s in zip(local, seeds)]
+    else:
+        streams, tags = seeds, None
+    logger = RunLogger(run_dir, config, trainer.schedule.total_steps, streams, tags=tags)
     ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
 
-    def log(lead, step, metrics):
-        logger.write(int(np.asarray(step).reshape(-1)[0]), metrics)
+    def log(step, members, metrics):
+        logger.write(step, metrics)
 
-    def save(lead, chunk, state):
-        c = int(np.asarray(chunk).reshape(-1)[0])
+    def save(chunk, members, state):
         ckpt.save(ckpt_path, state, {"algo": algo, "env": config.env, "num_seeds": config.num_seeds,
-                                     "chunk": c, "run_dir": run_dir,
+                                     "chunk": chunk, "run_dir": run_dir, "sweep": sweep_meta,
+                                     "members": members.tolist(),
                                      "config": dataclasses.asdict(config)})
 
-    trainer.hooks.bind(Hooks(log, save))
+    gather_log, gather_save = parallel.Gather(log, local), parallel.Gather(save, local)
+    trainer.hooks.bind(Hooks(lambda lead, step, metrics, member: gather_log(step, member, metrics),
+                             lambda lead, chunk, state, member: gather_save(chunk, member, state)))
     try:
         if header is None:
-            states = init(keys)
-        run = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), donate_argnums=0)
+            states = init(parallel.put(keys, mesh), parallel.put(hps, mesh))
+        else:
+            states = parallel.put(states, mesh)
         t0 = time.time()
-        states, history = run(states, start_chunk)
+        members = parallel.put(np.arange(num_members, dtype=np.int32), mesh)
+        states, history = run(states, start_chunk, members)
         jax.block_until_ready(states)
     except BaseException:
         logger.close()
@@ -259,9 +290,17 @@ def cli_main(algo: str, config_cls, make_train: Callable, argv=None) -> Any:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     logger.close()
+    history = parallel.fetch(history)
     final = np.asarray(history["eval/episode_return"])[:, -1]
     print(f"done in {time.time() - t0:.0f}s: final eval return {np.mean(final):.1f} "
-          f"(per seed {np.round(final, 1).tolist()}); logs and checkpoint in {run_dir}")
+          f"(per {'member' if axes else 'seed'} {[round(float(x), 1) for x in final]}); "
+          f"logs and checkpoint in {run_dir}")
+    if axes:
+        rows = sweep.results(axes, final, config.num_seeds)
+        print(sweep.table(axes, rows, config.num_seeds))
+        if jax.process_index() == 0:
+            with open(os.path.join(run_dir, "results.json"), "w") as f:
+                json.dump(rows, f, indent=2)
     return states, history
 
 
@@ -290,6 +329,8 @@ class Train:
     the env, the schedule and the hooks."""
 
     def __init__(self, env, schedule: Schedule, init: Callable, run: Callable, hooks=None):
+        # init(key, hp=None): hp (the agent's HParams) overrides the config's
+        # float hyperparameters, for sweeps; run(state, start_chunk, member=None)
         self.env, self.schedule, self.init, self.run, self.hooks = env, schedule, init, run, hooks
 
     def __call__(self, key: jax.Array):

@@ -2,11 +2,14 @@
 
 `host_call` sends arrays to a Python function once per execution for the
 whole vmapped batch (seeds, sweep members): JAX's debug callbacks would call
-it once per batch element instead. The returned int32 token must be consumed
-(added to a counter in the carry) so XLA keeps the call.
+it once per batch element instead. Sharded over several devices, each device
+calls it with its own shard (common/parallel.Gather reassembles them). The
+returned int32 token must be consumed (added to a counter in the carry) so
+XLA keeps the call.
 
 `RunLogger` writes TensorBoard event files (tensorboardX), one stream per
-seed under runs/<env>__<algo>__<seed>__<time>/, saves the resolved config
+seed (or sweep member, its stream named and tagged with its hyperparameter
+values) under runs/<env>__<algo>__<seed>__<time>/, saves the resolved config
 beside them, and draws a console progress bar.
 """
 from __future__ import annotations
@@ -40,16 +43,26 @@ def run_name(env: str, algo: str, seed: int) -> str:
 
 
 class RunLogger:
-    """Receives per-chunk metrics of all seeds; one TensorBoard stream each."""
+    """Receives per-chunk metrics of all seeds; one TensorBoard stream each.
+
+    seeds: one entry per stream: a seed (stream `seed_<s>`) or a stream name.
+    tags: optional {name: value} per stream, written as its `hparams` text
+    and saved in members.json."""
 
     def __init__(self, run_dir: str, config: Any, total_steps: int, seeds: list,
-                 quiet: bool = False):
+                 quiet: bool = False, tags: Optional[list] = None):
         from tensorboardX import SummaryWriter
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
         with open(os.path.join(run_dir, "config.json"), "w") as f:
             json.dump(dataclasses.asdict(config), f, indent=2, sort_keys=True)
-        self.writers = [SummaryWriter(os.path.join(run_dir, f"seed_{s}")) for s in seeds]
+        names = [s if isinstance(s, str) else f"seed_{s}" for s in seeds]
+        self.writers = [SummaryWriter(os.path.join(run_dir, n)) for n in names]
+        if tags is not None:
+            for w, t in zip(self.writers, tags):
+                w.add_text("hparams", ", ".join(f"{k}={v}" for k, v in t.items()), 0)
+            with open(os.path.join(run_dir, "members.json"), "w") as f:
+                json.dump([dict(stream=n, **t) for n, t in zip(names, tags)], f, indent=2)
         self.total_steps = total_steps
         self.quiet = quiet
         self.start = time.time()

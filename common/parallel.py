@@ -1,0 +1,196 @@
+"""Many members (seeds, sweep points) in one program, over one or many devices.
+
+A run trains M members at once: `num_seeds` seeds, times the combinations of
+a sweep. `compile_members` vmaps an agent's `init(key, hp)` and
+`run(state, start_chunk, member)` over them. When JAX sees several devices
+the member axis is sharded across all of them with `jax.shard_map` on a 1-D
+mesh (axis "members"): still one program, each device running its M / D
+members, the physics host callbacks and the log/checkpoint callbacks each
+called by every device with its own shard. `Gather` puts those shards back
+together on the host (by global member index) before anything is logged or
+saved, so logs and checkpoints look the same whatever the device count.
+
+Multi-host: `initialize_distributed` starts `jax.distributed` from the
+environment (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID);
+the mesh then spans the devices of every process. Each process sees (logs,
+checkpoints) only the members on its own devices.
+
+`estimate_memory` / `check_fits` refuse, before anything compiles, a run
+whose states (replay buffers, env states, parameters, optimiser states, ...)
+cannot fit: the estimate is read off the agent's own state shapes.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from common.errors import UserError
+
+AXIS = "members"
+
+
+def initialize_distributed() -> bool:
+    """Start jax.distributed when the environment asks for several processes
+    (JAX_NUM_PROCESSES > 1); returns whether it did."""
+    n = int(os.environ.get("JAX_NUM_PROCESSES", "1") or 1)
+    if n <= 1 or jax.distributed.is_initialized():
+        return False
+    address = os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if not address or "JAX_PROCESS_ID" not in os.environ:
+        raise UserError("JAX_NUM_PROCESSES > 1 needs JAX_COORDINATOR_ADDRESS (host:port of process 0) "
+                        "and JAX_PROCESS_ID (0 .. JAX_NUM_PROCESSES-1) in the environment")
+    jax.distributed.initialize(coordinator_address=address, num_processes=n,
+                               process_id=int(os.environ["JAX_PROCESS_ID"]))
+    return True
+
+
+def make_mesh(members: int, what: str = "--num-seeds") -> Optional[Mesh]:
+    """A 1-D mesh over every device when there are several, else None (plain
+    vmap on the default device). Refuses a member count the devices cannot
+    share evenly; a single member runs on one device."""
+    devices = jax.devices()
+    if len(devices) == 1 or members == 1:
+        return None
+    if members % len(devices):
+        raise UserError(f"{what} gives {members} members, which {len(devices)} devices cannot share "
+                        f"evenly; use a multiple of {len(devices)}, or show JAX fewer devices "
+                        f"(CUDA_VISIBLE_DEVICES=..., XLA_FLAGS=--xla_force_host_platform_device_count=...)")
+    return Mesh(np.asarray(devices), (AXIS,))
+
+
+def local_members(mesh: Optional[Mesh], members: int) -> np.ndarray:
+    """Global indices of the members on this process's devices."""
+    if mesh is None or jax.process_count() == 1:
+        return np.arange(members)
+    sharding = NamedSharding(mesh, P(AXIS))
+    idx = sharding.addressable_devices_indices_map((members,))
+    return np.sort(np.concatenate([np.arange(members)[s] for s in idx.values()]))
+
+
+def put(tree: Any, mesh: Optional[Mesh]) -> Any:
+    """Host arrays with a leading member axis -> device arrays sharded on it."""
+    if mesh is None:
+        return jax.tree.map(jnp.asarray, tree)
+    sharding = NamedSharding(mesh, P(AXIS))
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+    return jax.tree.map(lambda x: jax.make_array_from_callback(
+        np.shape(x), sharding, lambda i, x=np.asarray(x): x[i]), tree)
+
+
+def fetch(tree: Any) -> Any:
+    """Device arrays -> numpy on the host (all members, every process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.tree.map(np.asarray, tree)
+
+
+def compile_members(train, mesh: Optional[Mesh]) -> Tuple[Callable, Callable]:
+    """(init(keys, hps) -> states, run(states, start_chunk, members) -> (states, history)),
+    jitted, vmapped over the leading member axis and, with a mesh, sharded
+    over its devices. `run` donates the states (replay buffers)."""
+    init = jax.vmap(train.init)
+    run = jax.vmap(train.run, in_axes=(0, None, 0))
+    if mesh is not None:
+        m = P(AXIS)
+        init = jax.shard_map(init, mesh=mesh, in_specs=(m, m), out_specs=m, check_vma=False)
+        run = jax.shard_map(run, mesh=mesh, in_specs=(m, P(), m), out_specs=m, check_vma=False)
+    return jax.jit(init), jax.jit(run, donate_argnums=0)
+
+
+class Gather:
+    """Collects per-device shards of one host call (same key: the step or
+    chunk) until every expected member has arrived, then calls
+    fn(key, members_in_order, tree_with_leading_member_axis) once. Callbacks
+    of different devices may arrive concurrently, on other threads."""
+
+    def __init__(self, fn: Callable[[int, np.ndarray, Any], None], members: np.ndarray):
+        self.fn, self.expected = fn, len(members)
+        self.pending: Dict[int, list] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, key, member, tree) -> None:
+        key = int(np.asarray(key).reshape(-1)[0])
+        member = np.asarray(member).reshape(-1)
+        with self.lock:
+            parts = self.pending.setdefault(key, [])
+            parts.append((member, jax.tree.map(np.array, tree)))
+            if sum(len(m) for m, _ in parts) < self.expected:
+                return
+            del self.pending[key]
+            members = np.concatenate([m for m, _ in parts])
+            order = np.argsort(members, kind="stable")
+            tree = jax.tree.map(lambda *xs: np.concatenate(xs)[order], *[t for _, t in parts])
+            self.fn(key, members[order], tree)
+
+
+# --------------------------------------------------------------------------- memory
+
+def tree_nbytes(tree: Any) -> int:
+    return int(sum(np.prod(x.shape, dtype=np.int64) * np.dtype(x.dtype).itemsize
+                   for x in jax.tree.leaves(tree)))
+
+
+def available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def device_limit(device=None) -> Tuple[int, str]:
+    """(bytes one device can hold, where): the accelerator's limit, or the
+    host's available memory on CPU (shared by all CPU devices)."""
+    device = device or jax.devices()[0]
+    if device.platform != "cpu":
+        limit = (device.memory_stats() or {}).get("bytes_limit")
+        if limit:
+            return int(limit), f"one {device.platform} device"
+    return available_memory(), "the host"
+
+
+def estimate_memory(train, members: int) -> Dict[str, int]:
+    """Bytes of the run's state, read off the agent's state shapes (no
+    compilation): per member by part (replay, env states, params and
+    optimiser states, rest) and in total for all members."""
+    state = jax.eval_shape(train.init, jax.random.PRNGKey(0))
+    parts = {"replay": 0, "env states": 0, "params and optimiser": 0, "other": 0}
+    fields = state._asdict() if hasattr(state, "_asdict") else {"other": state}
+    for name, value in fields.items():
+        part = ("replay" if name in ("replay", "rollout") else
+                "env states" if name == "env_state" else
+                "params and optimiser" if ("params" in name or "opt" in name or "target" in name)
+                else "other")
+        parts[part] += tree_nbytes(value)
+    per_member = sum(parts.values())
+    return dict(parts, per_member=per_member, total=per_member * members)
+
+
+def check_fits(train, members: int, mesh: Optional[Mesh]) -> Dict[str, int]:
+    """Refuse, with the estimate and the limit, a run that cannot fit: the
+    members of one device against that device's memory (all members against
+    host memory when the devices are CPUs)."""
+    est = estimate_memory(train, members)
+    devices = 1 if mesh is None else mesh.devices.size
+    limit, where = device_limit()
+    on_one = est["total"] if where == "the host" else -(-members // devices) * est["per_member"]
+    if on_one > 0.9 * limit:
+        gib = lambda b: f"{b / 2**30:.2f} GiB"
+        detail = ", ".join(f"{k} {gib(v)}" for k, v in est.items()
+                           if k not in ("per_member", "total") and v)
+        raise UserError(f"this run needs about {gib(on_one)} on {where} ({members} member(s) over "
+                        f"{devices} device(s), {gib(est['per_member'])} each: {detail}) but only "
+                        f"{gib(limit)} is available; lower --buffer-size, --num-envs, --num-seeds "
+                        f"or the number of sweep combinations")
+    return est
