@@ -296,11 +296,16 @@ def cli_main(algo: str, config_cls, make_train: Callable, argv=None,
           f"(per {'member' if axes else 'seed'} {[round(float(x), 1) for x in final]}); "
           f"logs and checkpoint in {run_dir}")
     if axes:
-        rows = sweep.results(axes, final, config.num_seeds)
+        results_path = os.path.join(run_dir, "results.json")
+        if start_chunk >= trainer.schedule.num_chunks and os.path.exists(results_path):
+            with open(results_path) as f:  # resumed a finished sweep: its table as it was
+                rows = json.load(f)
+        else:
+            rows = sweep.results(axes, final, config.num_seeds)
+            if jax.process_index() == 0:
+                with open(results_path, "w") as f:
+                    json.dump(rows, f, indent=2)
         print(sweep.table(axes, rows, config.num_seeds))
-        if jax.process_index() == 0:
-            with open(os.path.join(run_dir, "results.json"), "w") as f:
-                json.dump(rows, f, indent=2)
     return states, history
 
 
