@@ -39,7 +39,8 @@ def agent_config(algo: str, env: str, num_envs: int, total_timesteps: int, **ove
 
 def agent_throughput(algo: str, env: str, num_envs: int, total_timesteps: int,
                      num_seeds: int = 1, **overrides) -> Dict[str, float]:
-    """Env steps/s of one compiled run (compile excluded), and its final eval return."""
+    """Env steps/s of one compiled run (compile excluded; the final evaluation,
+    one episode unless overridden, is included), and its final eval return."""
     mod, config = agent_config(algo, env, num_envs, total_timesteps, **overrides)
     config = dataclasses.replace(config, num_seeds=num_seeds)
     train = mod.make_train(config)
@@ -57,18 +58,57 @@ def agent_throughput(algo: str, env: str, num_envs: int, total_timesteps: int,
             "eval_return": float(np.mean(ret))}
 
 
-def reference_td3(env: str, total_timesteps: int, learning_starts: int, batch_size: int = 256,
-                  hidden=(256, 256), seed: int = 0) -> Dict[str, float]:
-    """TD3 with the env stepped from Python and a jitted update per step."""
+def _dm_loop(env: str, seed: int):
+    """A dm_control env stepped from Python, observations flattened."""
     from dm_control import suite
-    td3 = load_algo("td3")
-    domain, task = env.split("_", 1) if env.count("_") == 1 else _split(env)
+    domain, task = _split(env)
     dm = suite.load(domain, task, task_kwargs={"random": seed})
-    spec = dm.action_spec()
-    A = spec.shape[0]
     flat = lambda ts: np.concatenate([np.ravel(v) for v in ts.observation.values()]).astype(np.float32)
+    return dm, flat, dm.action_spec().shape[0]
+
+
+def _python_loop(env: str, policy, update, state, key, total_timesteps: int, learning_starts: int,
+                 batch_size: int, seed: int) -> Dict[str, float]:
+    """The usual way: step the env from Python, store in numpy, sample a
+    numpy batch and call a jitted update once per env step."""
+    dm, flat, A = _dm_loop(env, seed)
     obs = flat(dm.reset())
     D = obs.shape[0]
+    cap = total_timesteps
+    buf_o, buf_o2 = np.zeros((cap, D), np.float32), np.zeros((cap, D), np.float32)
+    buf_a, buf_r, buf_d = np.zeros((cap, A), np.float32), np.zeros(cap, np.float32), np.zeros(cap, np.float32)
+    rng = np.random.default_rng(seed)
+    t_start = s_start = None
+    for t in range(total_timesteps):
+        if t == learning_starts + 10:  # after the first (compiling) updates
+            jax.block_until_ready(state)
+            t_start, s_start = time.perf_counter(), t
+        key, k_act, k_up = jax.random.split(key, 3)
+        if t < learning_starts:
+            a = rng.uniform(-1, 1, A).astype(np.float32)
+        else:
+            a = np.asarray(policy(state, obs, k_act))
+        ts = dm.step(a)
+        o2 = flat(ts)
+        buf_o[t], buf_a[t], buf_r[t], buf_o2[t] = obs, a, ts.reward, o2
+        buf_d[t] = 0.0  # dm_control tasks only truncate
+        obs = flat(dm.reset()) if ts.last() else o2
+        if t >= learning_starts:
+            idx = rng.integers(0, t + 1, batch_size)
+            batch = (buf_o[idx], buf_a[idx], buf_r[idx], buf_d[idx], buf_o2[idx])
+            state = update(state, batch, k_up, t)
+    jax.block_until_ready(state)
+    wall = time.perf_counter() - t_start
+    steps = total_timesteps - s_start
+    return {"sps": steps / wall, "wall_s": wall, "ms_per_update": 1000 * wall / steps}
+
+
+def reference_td3(env: str, total_timesteps: int, learning_starts: int, batch_size: int = 256,
+                  hidden=(256, 256), seed: int = 0) -> Dict[str, float]:
+    """TD3 (CleanRL style): twin critics, smoothing, policy delay 2."""
+    td3 = load_algo("td3")
+    dm, flat, A = _dm_loop(env, seed)
+    D = flat(dm.reset()).shape[0]
     actor, critic = td3.Actor(tuple(hidden), A), td3.TwinCritic(tuple(hidden), False)
     key = jax.random.PRNGKey(seed)
     k1, k2, key = jax.random.split(key, 3)
@@ -78,8 +118,8 @@ def reference_td3(env: str, total_timesteps: int, learning_starts: int, batch_si
     state = (ap, cp, ap, cp, tx.init(ap), tx.init(cp))
 
     @jax.jit
-    def policy(ap, o, key):
-        a = actor.apply(ap, o)
+    def policy(state, o, key):
+        a = actor.apply(state[0], o)
         return jnp.clip(a + 0.1 * jax.random.normal(key, a.shape), -1, 1)
 
     @jax.jit
@@ -107,32 +147,63 @@ def reference_td3(env: str, total_timesteps: int, learning_starts: int, batch_si
         ap, at, ct, ao = jax.lax.cond(step % 2 == 0, actor_step, lambda x: x, (ap, at, ct, ao))
         return ap, cp, at, ct, ao, co
 
-    cap = total_timesteps
-    buf_o, buf_o2 = np.zeros((cap, D), np.float32), np.zeros((cap, D), np.float32)
-    buf_a, buf_r, buf_d = np.zeros((cap, A), np.float32), np.zeros(cap, np.float32), np.zeros(cap, np.float32)
-    rng = np.random.default_rng(seed)
-    t_start = None
-    for t in range(total_timesteps):
-        if t == learning_starts + 10:  # after the first (compiling) updates
-            jax.block_until_ready(state)
-            t_start, s_start = time.perf_counter(), t
-        key, k_act, k_up = jax.random.split(key, 3)
-        if t < learning_starts:
-            a = rng.uniform(-1, 1, A).astype(np.float32)
-        else:
-            a = np.asarray(policy(state[0], obs, k_act))
-        ts = dm.step(a)
-        o2 = flat(ts)
-        buf_o[t], buf_a[t], buf_r[t], buf_o2[t] = obs, a, ts.reward, o2
-        buf_d[t] = 0.0  # dm_control tasks only truncate
-        obs = flat(dm.reset()) if ts.last() else o2
-        if t >= learning_starts:
-            idx = rng.integers(0, t + 1, batch_size)
-            batch = (buf_o[idx], buf_a[idx], buf_r[idx], buf_d[idx], buf_o2[idx])
-            state = update(state, batch, k_up, t)
-    jax.block_until_ready(state)
-    wall = time.perf_counter() - t_start
-    return {"sps": (total_timesteps - s_start) / wall, "wall_s": wall}
+    return _python_loop(env, policy, update, state, key, total_timesteps, learning_starts, batch_size, seed)
+
+
+def reference_sac(env: str, total_timesteps: int, learning_starts: int, batch_size: int = 256,
+                  hidden=(256, 256), seed: int = 0) -> Dict[str, float]:
+    """SAC (CleanRL style, learned temperature): every env step one critic,
+    one actor and one temperature update and a Polyak target update."""
+    sac = load_algo("sac")
+    dm, flat, A = _dm_loop(env, seed)
+    D = flat(dm.reset()).shape[0]
+    actor, critic = sac.Actor(tuple(hidden), A), sac.TwinCritic(tuple(hidden), False)
+    key = jax.random.PRNGKey(seed)
+    k1, k2, key = jax.random.split(key, 3)
+    ap = actor.init(k1, jnp.zeros(D))
+    cp = critic.init(k2, jnp.zeros(D), jnp.zeros(A))
+    tx = optax.adam(3e-4)
+    log_alpha = jnp.zeros(())
+    state = (ap, cp, cp, log_alpha, tx.init(ap), tx.init(cp), tx.init(log_alpha))
+
+    def sample(ap, o, key):
+        mean, log_std = actor.apply(ap, o)
+        std = jnp.exp(log_std)
+        u = mean + std * jax.random.normal(key, mean.shape)
+        a = jnp.tanh(u)
+        logp = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)).sum(-1)
+        return a, logp - jnp.log(1 - a ** 2 + 1e-6).sum(-1)
+
+    @jax.jit
+    def policy(state, o, key):
+        return sample(state[0], o, key)[0]
+
+    @jax.jit
+    def update(state, batch, key, step):
+        ap, cp, ct, la, ao, co, lo = state
+        o, a, r, d, o2 = batch
+        k1, k2 = jax.random.split(key)
+        alpha = jnp.exp(la)
+        a2, logp2 = sample(ap, o2, k1)
+        y = r + 0.99 * (1 - d) * (critic.apply(ct, o2, a2).min(0) - alpha * logp2)
+        g = jax.grad(lambda p: ((critic.apply(p, o, a) - y) ** 2).sum(0).mean())(cp)
+        u, co = tx.update(g, co, cp)
+        cp = optax.apply_updates(cp, u)
+
+        def aloss(p):
+            pa, logp = sample(p, o, k2)
+            return (alpha * logp - critic.apply(cp, o, pa).min(0)).mean(), logp
+
+        g, logp = jax.grad(aloss, has_aux=True)(ap)
+        u, ao = tx.update(g, ao, ap)
+        ap = optax.apply_updates(ap, u)
+        g = jax.grad(lambda l: (-jnp.exp(l) * (jax.lax.stop_gradient(logp) - A)).mean())(la)
+        u, lo = tx.update(g, lo, la)
+        la = optax.apply_updates(la, u)
+        ct = optax.incremental_update(cp, ct, 0.005)
+        return ap, cp, ct, la, ao, co, lo
+
+    return _python_loop(env, policy, update, state, key, total_timesteps, learning_starts, batch_size, seed)
 
 
 def _split(env: str):
@@ -142,45 +213,102 @@ def _split(env: str):
     return domain, task
 
 
-TRAIN_SETTINGS = {
-    # name: (num_envs, overrides)
-    "1 env, 1 update/step": (1, dict(updates_per_step=1.0, batch_size=256, hidden_sizes=(256, 256))),
-    "256 envs, 1 update/16 steps": (256, dict(updates_per_step=1 / 16, batch_size=256,
-                                               hidden_sizes=(256, 256))),
+OFF_POLICY = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")
+REFERENCE_OF = {"td3": "td3", "ddpg": "td3", "d4pg": "td3", "td4": "td3", "sac": "sac", "mpo": "sac"}
+NETS = dict(batch_size=256, hidden_sizes=(256, 256))
+SETTINGS = {
+    # name: (num_envs, overrides); the first is the references' setting
+    "1 env, 1 update/step": (1, dict(updates_per_step=1.0, **NETS)),
+    "256 envs, 1 update/16 steps": (256, dict(updates_per_step=1 / 16, **NETS)),
 }
+PPO_ENVS = 1024
 
 
-def train_mode(algos, tasks, steps_1env: int, steps_many: int, budget_s: float, quick: bool) -> list:
-    """Rows of the training-throughput table, the reference first per task."""
+def raw_physics(task: str, num_envs: int, steps: int = 20, repeats: int = 3) -> float:
+    """Env steps/s of raw mujoco.rollout on the same batch (this machine's limit)."""
+    import benchmark
+    from common import envs
+    env = envs.make(task, "native", pool_size=min(num_envs, 1024))
+    states = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), num_envs))
+    raw = benchmark.RawRollout(env, states, nthread=os.cpu_count() or 1, chunk=steps)
+    raw.run(2)
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        raw.run(steps)
+        rates.append(steps * num_envs / (time.perf_counter() - t))
+    return float(np.median(rates))
+
+
+def train_mode(algos, tasks, steps_1env: int, steps_many: int, ppo_steps: int, budget_s: float,
+               mjx_envs: int, quick: bool = False) -> list:
+    """Rows of the training-throughput table. Per task: the Python-loop
+    references (TD3, SAC), every off-policy agent at both SETTINGS (its
+    ratio against the reference of its family at the references' setting),
+    PPO at PPO_ENVS envs beside raw physics at the same batch, and, with a
+    budget, the return each agent reaches in about `budget_s` seconds."""
     rows = []
+    row = lambda **kw: rows.append({**dict(ratio=float("nan"), eval_return=float("nan"),
+                                           ms_update=float("nan"), backend="native"), **kw})
+    small = dict(batch_size=32, hidden_sizes=(32, 32)) if quick else {}
     for task in tasks:
-        ref = reference_td3(task, learning_starts=1000, total_timesteps=1000 + steps_1env)
-        rows.append(dict(task=task, agent="reference TD3 (Python env loop)", setting="1 env, 1 update/step",
-                         sps=ref["sps"], ratio=1.0, eval_return=float("nan"), wall=ref["wall_s"]))
+        refs = {}
+        for name, fn in (("td3", reference_td3), ("sac", reference_sac)):
+            if not any(REFERENCE_OF.get(a) == name for a in algos):
+                continue
+            kw = dict(batch_size=32, hidden=(32, 32)) if quick else {}
+            r = fn(task, learning_starts=1000, total_timesteps=1000 + steps_1env, **kw)
+            refs[name] = r["sps"]
+            row(task=task, agent=f"reference {name.upper()} (Python env loop)", setting="1 env, 1 update/step",
+                sps=r["sps"], ratio=1.0, ms_update=r["ms_per_update"], wall=r["wall_s"])
         for algo in algos:
-            for setting, (num_envs, over) in TRAIN_SETTINGS.items():
+            if algo == "ppo":
+                continue
+            for i, (setting, (num_envs, over)) in enumerate(SETTINGS.items()):
                 steps = steps_1env + 1000 if num_envs == 1 else steps_many
                 r = agent_throughput(algo, task, num_envs, steps, learning_starts=1000 if num_envs == 1
-                                     else 10 * num_envs, **over)
-                rows.append(dict(task=task, agent=algo, setting=setting, sps=r["sps"],
-                                 ratio=r["sps"] / ref["sps"] if num_envs == 1 else float("nan"),
-                                 eval_return=float("nan"), wall=r["wall_s"]))
+                                     else 10 * num_envs, **{**over, **small})
+                row(task=task, agent=algo, setting=setting, sps=r["sps"], wall=r["wall_s"],
+                    ratio=r["sps"] / refs[REFERENCE_OF[algo]] if i == 0 else float("nan"),
+                    ms_update=1000 / (r["sps"] * over["updates_per_step"]))
             if budget_s > 0:
                 # fixed wall clock: the steps the measured 1-env rate allows in the budget
-                sps = rows[-2]["sps"]
+                sps = [x for x in rows if x["agent"] == algo and x["task"] == task][0]["sps"]
                 steps = max(2000, int(sps * budget_s) // 1000 * 1000)
                 r = agent_throughput(algo, task, 1, steps, learning_starts=min(10_000, steps // 4),
                                      eval_episodes=10)
-                rows.append(dict(task=task, agent=algo, setting=f"return after ~{budget_s:.0f}s ({steps} steps)",
-                                 sps=r["sps"], ratio=float("nan"), eval_return=r["eval_return"], wall=r["wall_s"]))
+                row(task=task, agent=algo, setting=f"return after ~{budget_s:.0f}s ({steps} steps)",
+                    sps=r["sps"], eval_return=r["eval_return"], wall=r["wall_s"])
+        if "ppo" in algos:
+            n = 64 if quick else PPO_ENVS
+            raw = raw_physics(task, n)
+            row(task=task, agent="raw mujoco.rollout (physics only)", setting=f"{n} envs", sps=raw,
+                ratio=1.0, wall=float("nan"))
+            over = dict(actor_hidden_sizes=(8,), critic_hidden_sizes=(8,)) if quick else {}
+            for backend, envs_n in (("native", n), ("mjx", mjx_envs)):
+                if backend == "mjx" and (envs_n <= 0 or task != "cheetah_run"):
+                    continue
+                num_steps = load_algo("ppo").Config().num_steps
+                rollouts = max(ppo_steps // (envs_n * num_steps), 2) if backend == "native" else 3
+                steps = rollouts * envs_n * num_steps
+                r = agent_throughput("ppo", task, envs_n, steps, backend=backend, **over)
+                row(task=task, agent="ppo", setting=f"{envs_n} envs, default config", backend=backend,
+                    sps=r["sps"], ratio=r["sps"] / raw if backend == "native" else float("nan"),
+                    wall=r["wall_s"])
     return rows
 
 
 def print_train_table(rows) -> None:
-    print(f"\n{'task':<16} {'agent':<34} {'setting':<34} {'env steps/s':>11} {'vs ref':>7} "
-          f"{'eval return':>11} {'wall s':>7}")
+    head = (f"{'task':<16} {'agent':<34} {'backend':<7} {'setting':<30} {'env steps/s':>11} "
+            f"{'ratio':>6} {'ms/update':>9} {'eval return':>11} {'wall s':>7}")
+    print("\ntraining env steps/s (compile excluded). ratio: agents at 1 env against the reference of "
+          "their family (TD3 for ddpg/d4pg/td3/td4, SAC for sac/mpo); ppo against raw physics at the "
+          "same batch")
+    print(head)
+    print("-" * len(head))
+    fmt = lambda v, f: "" if not np.isfinite(v) else format(v, f)
     for r in rows:
-        ratio = "" if np.isnan(r["ratio"]) else f"{r['ratio']:.2f}x"
-        ret = "" if np.isnan(r["eval_return"]) else f"{r['eval_return']:.1f}"
-        print(f"{r['task']:<16} {r['agent']:<34} {r['setting']:<34} {r['sps']:>11.0f} {ratio:>7} "
-              f"{ret:>11} {r['wall']:>7.0f}")
+        ratio = "" if not np.isfinite(r["ratio"]) else f"{r['ratio']:.2f}x"
+        print(f"{r['task']:<16} {r['agent']:<34} {r['backend']:<7} {r['setting']:<30} {r['sps']:>11.0f} "
+              f"{ratio:>6} {fmt(r['ms_update'], '.2f'):>9} {fmt(r['eval_return'], '.1f'):>11} "
+              f"{fmt(r['wall'], '.0f'):>7}")

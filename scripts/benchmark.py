@@ -216,13 +216,162 @@ def _print_table(rows: List[Dict], nthread: int) -> None:
 # --- command line ------------------------------------------------------------
 
 TRAIN_DOC = """`train` mode: env steps/s of whole training runs (compile excluded), per agent
-and task on the native backend, next to a reference measured in the same run:
-TD3 written the usual way (CleanRL style), the env stepped from Python with a
-numpy replay buffer and one jitted update per env step, same networks
-([256, 256]) and batch (256). Settings: 1 env with 1 update per env step (the
-reference's), and 256 envs with 1 update per 16 env steps. A last row per agent
-trains for about --budget seconds of wall clock at 1 env and reports the final
-evaluation return (10 episodes)."""
+and task, next to references measured in the same run:
+
+* TD3 and SAC written the usual way (CleanRL style): the dm_control env
+  stepped from Python, a numpy replay buffer and one jitted update per env
+  step, with the same networks ([256, 256]) and batch (256). Each off-policy
+  agent runs at that setting (1 env, 1 update per env step) and at 256 envs
+  with 1 update per 16 env steps; its ratio is against the reference of its
+  family (TD3 for DDPG/D4PG/TD3/TD4, SAC for SAC/MPO), and ms/update is the
+  wall-clock per gradient update, env steps included.
+* PPO with its default config at 1024 envs on the native backend, beside raw
+  `mujoco.rollout` physics on the same batch (the machine's limit), and on
+  mjx for cheetah_run.
+With --budget, a last row per agent trains for about that many seconds at
+1 env and reports the final evaluation return (10 episodes)."""
+
+LEARN_DOC = """`learn` mode: the final evaluation return (10 deterministic episodes) of
+every agent on cheetah_run, walker_walk and cartpole_swingup, 3 seeds vmapped
+in one program per agent and task, each agent's default config with a budget
+of env steps per seed chosen so that one run takes about 5 minutes on a
+2-core CPU (scripts/bench_learn.py: BUDGET). Each run is the agent's own
+command, so its TensorBoard logs and checkpoint land in <out>/runs/;
+<out>/learn.json collects results as they finish, and a rerun resumes."""
+
+FULL_DOC = """`full` mode: the README's numbers in one command. Runs, in order, `envs`,
+`train`, the seeds-in-one-program vs sequential comparison (`scale`) and
+`learn`, writing each part's output under --out and, at the end,
+<out>/results.md (machine, commit, tables, figures). Prints the expected
+duration first. A part that finished is not rerun: rerun the same command
+to resume a half-finished benchmark (the learning table resumes run by run)."""
+
+SCALE_DOC = """`scale` mode: wall-clock of N seeds vmapped in one compiled program
+against N sequential single-seed runs of the same program size, for TD3
+(1 env, 1 update per step) and PPO (its default config), compile excluded
+for both (scripts/bench_scale.py)."""
+
+SCALE_SETTINGS = {  # algo: (full overrides, quick overrides)
+    "td3": (dict(total_timesteps=6000, learning_starts=1000),
+            dict(total_timesteps=1000, learning_starts=500, hidden_sizes=(16, 16), batch_size=32)),
+    "ppo": (dict(total_timesteps=1024 * 30 * 3, num_envs=1024),
+            dict(total_timesteps=64 * 30 * 2, num_envs=64, actor_hidden_sizes=(8,), critic_hidden_sizes=(8,))),
+}
+
+
+def scale_mode(args) -> int:
+    import bench_scale
+    n = 2 if args.quick else args.num_seeds
+    task = "cartpole_balance" if args.quick else args.task
+    rows = []
+    for algo, (full, quick) in SCALE_SETTINGS.items():
+        r = bench_scale.seeds_vs_sequential(algo, task, num_seeds=n, **(quick if args.quick else full))
+        rows.append((algo, r))
+    print(f"\nseeds in one program vs sequential runs ({n} seeds, {task}, compile and initial "
+          f"states excluded)")
+    print(f"{'agent':<6} {'steps/seed':>10} {'vmapped s':>10} {'sequential s':>13} {'ratio':>6}")
+    for algo, r in rows:
+        print(f"{algo:<6} {r['total_timesteps']:>10} {r['vmapped_s']:>10.1f} {r['sequential_s']:>13.1f} "
+              f"{r['ratio']:>5.2f}x")
+    return 0
+
+
+FULL_PARTS = (  # name, arguments, arguments in quick mode, expected minutes (full, quick)
+    ("envs", ["envs"], ["envs", "--quick"], 6, 0.5),
+    ("train", ["train"], ["train", "--quick", "--algos", "td3", "ppo"], 25, 2),
+    ("scale", ["scale"], ["scale", "--quick"], 6, 1),
+)
+
+
+def _git_commit() -> str:
+    import subprocess
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return (r.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def _machine() -> str:
+    import platform
+    cpu = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(l.split(":", 1)[1].strip() for l in fh if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import jax
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM; JAX {jax.__version__} on "
+            f"{jax.default_backend()}, Python {platform.python_version()}")
+
+
+def full_mode(out: str, quick: bool) -> int:
+    import subprocess
+    import bench_learn
+    os.makedirs(out, exist_ok=True)
+    learn_left = len(bench_learn.plan(out, quick)[0])
+    todo = [p for p in FULL_PARTS if not _part_done(out, p[0])]
+    minutes = sum(p[4 if quick else 3] for p in todo) + (
+        (0.5 if quick else bench_learn.EST_SECONDS / 60) * learn_left)
+    print(f"full benchmark{' (quick)' if quick else ''} into {out}/: about {minutes:.0f} minutes "
+          f"({', '.join(p[0] for p in todo) or 'no'} part(s) left, then learn: {learn_left} "
+          f"run(s) left); rerun the same command to resume", flush=True)
+    for name, full_args, quick_args, _, _ in todo:
+        t0 = time.time()
+        args = [sys.executable, os.path.abspath(__file__), *(quick_args if quick else full_args)]
+        print(f"== {name}: {' '.join(args[1:])}", flush=True)
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stdout[-3000:] + r.stderr[-3000:])
+            raise SystemExit(f"benchmark part {name!r} failed (rerun to resume)")
+        with open(os.path.join(out, f"{name}.txt.tmp"), "w") as fh:
+            fh.write(r.stdout)
+        os.replace(os.path.join(out, f"{name}.txt.tmp"), os.path.join(out, f"{name}.txt"))
+        print(_table_of(r.stdout) + f"\n({time.time() - t0:.0f}s)", flush=True)
+    print("== learn", flush=True)
+    rows = bench_learn.learn_mode(out, quick)
+    figures = bench_learn.plots(rows, out)
+    report = os.path.join(out, "results.md")
+    with open(report, "w") as fh:
+        fh.write(_report(out, rows, figures, quick))
+    print(f"report: {report}")
+    return 0
+
+
+def _part_done(out: str, name: str) -> bool:
+    return os.path.exists(os.path.join(out, f"{name}.txt"))
+
+
+def _table_of(stdout: str) -> str:
+    """The printed table of a part: from its first header line on."""
+    lines = stdout.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith(("env steps/s", "\ntraining", "training",
+                                                                    "seeds"))), 0)
+    return "\n".join(lines[start:])
+
+
+def _report(out: str, rows, figures, quick: bool) -> str:
+    import datetime
+    import bench_learn
+    parts = [f"# Benchmark results{' (quick smoke run: not results)' if quick else ''}",
+             "", f"- date: {datetime.date.today().isoformat()}", f"- commit: {_git_commit()}",
+             f"- machine: {_machine()}",
+             f"- learning runs: {bench_learn.SEEDS if not quick else bench_learn.QUICK['seeds']} seeds "
+             "vmapped in one program per agent and task, default configs, budgets in env steps per seed "
+             "as listed; wall-clock is the whole command (compile included)", ""]
+    for name, title in (("envs", "Environment throughput"), ("train", "Training throughput"),
+                        ("scale", "Seeds in one program vs sequential runs")):
+        path = os.path.join(out, f"{name}.txt")
+        if os.path.exists(path):
+            parts += [f"## {title}", "", "```", _table_of(open(path).read()).strip(), "```", ""]
+    parts += ["## Learning: final eval return, mean [95% bootstrap CI] over seeds", "",
+              bench_learn.learn_table(rows), ""]
+    for fig in figures:
+        if fig.endswith(".png"):
+            parts += [f"![{os.path.basename(fig)}]({os.path.relpath(fig, out)})", ""]
+    return "\n".join(parts)
+
 
 def main(argv: Optional[List[str]] = None) -> int:
     from common.errors import UserError
@@ -248,21 +397,58 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="smoke check: cartpole_balance, 16 envs, few steps, no mjx")
     t = modes.add_parser("train", help="training env steps/s of agents vs a Python-loop reference TD3",
                          description=TRAIN_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--algos", nargs="+", default=["td3"])
+    t.add_argument("--algos", nargs="+", default=["td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo"])
     t.add_argument("--tasks", nargs="+", default=["cheetah_run", "humanoid_walk"])
     t.add_argument("--steps-1env", type=int, default=3000, help="timed env steps at 1 env (after 1000 warm-up)")
     t.add_argument("--steps-many", type=int, default=51200, help="env steps at 256 envs")
-    t.add_argument("--budget", type=float, default=300.0,
-                   help="wall-clock seconds for the fixed-budget return row (0: skip)")
-    t.add_argument("--quick", action="store_true", help="smoke check: cartpole_balance, few steps")
+    t.add_argument("--ppo-steps", type=int, default=307_200, help="env steps of the PPO native rows "
+                   "(the mjx row runs 3 rollouts)")
+    t.add_argument("--ppo-mjx-envs", type=int, default=None,
+                   help="envs of the PPO mjx row on cheetah_run (default 1024 on an accelerator, "
+                        "128 on a CPU, where MJX is 50-100x slower; 0: skip)")
+    t.add_argument("--budget", type=float, default=0.0,
+                   help="wall-clock seconds for a fixed-budget return row per agent at 1 env (0: skip; "
+                        "the `learn` mode's table is the fixed-budget comparison)")
+    t.add_argument("--quick", action="store_true", help="smoke check: cartpole_balance, tiny nets, few steps")
+    sc = modes.add_parser("scale", help="N seeds vmapped in one program vs N sequential runs",
+                          description=SCALE_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sc.add_argument("--num-seeds", type=int, default=8)
+    sc.add_argument("--task", default="cheetah_run")
+    sc.add_argument("--quick", action="store_true", help="smoke check: 2 seeds, tiny, cartpole_balance")
+    lp = modes.add_parser("learn", help="learning table: final eval return of every agent on 3 tasks",
+                          description=LEARN_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lp.add_argument("--out", default="bench", help="directory for runs, learn.json, plots")
+    lp.add_argument("--algos", nargs="+", default=None)
+    lp.add_argument("--tasks", nargs="+", default=None)
+    lp.add_argument("--quick", action="store_true", help="smoke check: td3 and ppo, tiny, cartpole_balance")
+    f = modes.add_parser("full", help="everything for the README, resumable, under 2 hours here",
+                         description=FULL_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("--out", default="bench", help="directory for results (rerun with the same --out to resume)")
+    f.add_argument("--quick", action="store_true", help="smoke check of every part (a few minutes)")
     args = p.parse_args(argv)
+
+    if args.mode == "scale":
+        return scale_mode(args)
+    if args.mode == "learn":
+        import bench_learn
+        rows = bench_learn.learn_mode(args.out, args.quick, args.algos, args.tasks)
+        print(bench_learn.learn_table(rows))
+        for path in bench_learn.plots(rows, args.out):
+            print(f"figure: {path}")
+        return 0
+    if args.mode == "full":
+        return full_mode(args.out, args.quick)
 
     if args.mode == "train":
         import bench_train
+        import jax
+        if args.ppo_mjx_envs is None:
+            args.ppo_mjx_envs = 128 if jax.default_backend() == "cpu" else 1024
         if args.quick:
             args.tasks, args.steps_1env, args.steps_many, args.budget = ["cartpole_balance"], 300, 5120, 0
+            args.ppo_steps, args.ppo_mjx_envs = 64 * 30 * 2, 0
         rows = bench_train.train_mode(args.algos, args.tasks, args.steps_1env, args.steps_many,
-                                      args.budget, args.quick)
+                                      args.ppo_steps, args.budget, args.ppo_mjx_envs, args.quick)
         bench_train.print_train_table(rows)
         return 0
 

@@ -44,12 +44,26 @@ def test_mode_is_required():
     assert "envs" in r.stderr
 
 
-def test_train_quick_prints_reference_and_agent_rows():
-    r = _run("train", "--quick", timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rows = [l for l in r.stdout.splitlines() if l.startswith("cartpole_balance")]
-    assert len(rows) == 3, r.stdout
-    assert "reference TD3" in rows[0] and "1.00x" in rows[0]
-    # columns: ... env steps/s, vs ref, wall s (no eval return in these rows)
-    sps, ratio = rows[1].split()[-3:-1]
-    assert " td3 " in rows[1] and float(sps) > 0 and ratio.endswith("x") and float(ratio[:-1]) > 0
+def test_full_quick_runs_every_part_and_writes_a_report(tmp_path):
+    """`full --quick`: every part end to end (tiny), the report with all tables,
+    and a rerun that resumes (nothing left to do)."""
+    out = str(tmp_path / "bench")
+    r = _run("full", "--quick", "--out", out, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "about" in r.stdout.splitlines()[0] and "minutes" in r.stdout.splitlines()[0]
+    train = open(os.path.join(out, "train.txt")).read()
+    rows = [l for l in train.splitlines() if l.startswith("cartpole_balance")]
+    ref = [l for l in rows if "reference TD3" in l]
+    assert ref and "1.00x" in ref[0], train
+    td3 = [l for l in rows if " td3 " in l and "1 env" in l]
+    ratio = [f for f in td3[0].split() if f.endswith("x")]
+    assert ratio and float(ratio[0][:-1]) > 0, td3
+    assert any(" ppo " in l for l in rows), train
+    report = open(os.path.join(out, "results.md")).read()
+    for title in ("Environment throughput", "Training throughput", "Seeds in one program", "Learning"):
+        assert title in report, report
+    learn = [l for l in report.splitlines() if l.startswith("| td3 |")]
+    assert learn and "steps" in learn[0], report
+    again = _run("full", "--quick", "--out", out, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "no part(s) left" in again.stdout and "0 run(s) left" in again.stdout, again.stdout

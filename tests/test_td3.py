@@ -13,6 +13,7 @@ import pytest
 
 from algos import td3
 from common import agent, checkpoint
+from tests import agent_checks as checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = td3.Config(env="cartpole_balance", backend="native", num_envs=2, num_seeds=2,
@@ -113,7 +114,8 @@ def test_smoke_mjx_two_seeds():
                               eval_episodes=1, eval_every=0)
     train = td3.make_train(dataclasses.replace(cfg))
     assert train.env.backend == "mjx"
-    states, history = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(3), 2))
+    run = jax.jit(jax.vmap(train), compiler_options=checks.MJX_COMPILE)
+    states, history = run(jax.random.split(jax.random.PRNGKey(3), 2))
     assert np.isfinite(np.asarray(history["losses/qf_loss"])[:, -1]).all()
     assert np.asarray(states.replay.size).tolist() == [400, 400]
 

@@ -1,0 +1,152 @@
+"""Learning table for scripts/benchmark.py: every agent on a few tasks, several
+seeds vmapped in one program per (agent, task), a fixed budget of env steps.
+
+Each run is the agent's own command line (`algos/<algo>.py`, default config
+apart from the budget, evaluation interval and seeds), so its TensorBoard
+logs, config and checkpoint land in `<out>/runs/` like any user run, and
+scripts/plot.py draws the curves from them. Results are appended to
+`<out>/learn.json` as runs finish; a rerun skips the runs already there, so a
+half-finished benchmark resumes where it stopped.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+ALGOS = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo")
+TASKS = ("cheetah_run", "walker_walk", "cartpole_swingup")
+SEEDS = 3
+# Env steps per seed, chosen from the training rates measured on this 2-core
+# machine (benchmark.py train, 1 env, 1 seed; 3 vmapped seeds run about 2.5x
+# slower per seed) so that one run takes about 5 minutes. Off-policy agents
+# start learning after a fifth of their budget (their default warm-up of
+# 5-10k random steps would be most of it).
+BUDGET = {"td3": 12_000, "ddpg": 15_000, "d4pg": 3_000, "td4": 3_000, "sac": 15_000,
+          "mpo": 7_000, "ppo": 2_457_600}
+EXTRA = {a: ["--learning-starts", str(BUDGET[a] // 5)] for a in ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")}
+EST_SECONDS = 300  # per run, what BUDGET aims at
+QUICK = dict(algos=("td3", "ppo"), tasks=("cartpole_balance",), seeds=2,
+             budget={"td3": 2_000, "ppo": 2 * 64 * 30},
+             extra={"td3": ["--hidden-sizes", "16", "16", "--batch-size", "32", "--learning-starts", "500"],
+                    "ppo": ["--num-envs", "64", "--actor-hidden-sizes", "8", "--critic-hidden-sizes", "8",
+                            "--num-minibatches", "2", "--update-epochs", "1"]})
+
+
+def run_args(algo: str, task: str, steps: int, seeds: int, log_dir: str, extra=()) -> List[str]:
+    every = max(steps // 10, 1)
+    return ["--env", task, "--backend", "native", "--num-seeds", str(seeds), "--seed", "1",
+            "--total-timesteps", str(steps), "--eval-every", str(every), "--eval-episodes", "10",
+            "--checkpoint-every", "0", "--log-dir", log_dir, *extra]
+
+
+def one_run(algo: str, task: str, steps: int, seeds: int, out: str, extra=()) -> Dict:
+    """The agent's CLI in a fresh process (its own compile caches and memory);
+    wall-clock of the whole command, compile included."""
+    log_dir = os.path.join(out, "runs")
+    before = set(glob.glob(os.path.join(log_dir, f"{task}__{algo}__*")))
+    cmd = [sys.executable, os.path.join(ROOT, "algos", f"{algo}.py"),
+           *run_args(algo, task, steps, seeds, log_dir, extra)]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.time() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+    run_dir = sorted(set(glob.glob(os.path.join(log_dir, f"{task}__{algo}__*"))) - before)[-1]
+    final = _final_returns(r.stdout)
+    return dict(algo=algo, task=task, steps=steps, seeds=seeds, wall_s=wall,
+                returns=final, mean=float(np.mean(final)), run_dir=os.path.relpath(run_dir, out))
+
+
+def _final_returns(stdout: str) -> List[float]:
+    """The per-seed final eval returns the CLI prints on its last line."""
+    line = [l for l in stdout.splitlines() if "final eval return" in l][-1]
+    return [float(x) for x in line.split("per seed [")[1].split("]")[0].split(",")]
+
+
+def bootstrap_ci(x, n: int = 2000, seed: int = 0):
+    x = np.asarray(x, np.float64)
+    if len(x) < 2 or np.all(x == x[0]):
+        return float(x.mean()), float(x.mean())
+    idx = np.random.default_rng(seed).integers(0, len(x), (n, len(x)))
+    means = x[idx].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def plan(out: str, quick: bool = False, algos=None, tasks=None):
+    """(runs to do, results so far, seeds, budget) for `out`."""
+    path = os.path.join(out, "learn.json")
+    done = json.load(open(path)) if os.path.exists(path) else []
+    q = QUICK if quick else None
+    algos = algos or (q["algos"] if q else ALGOS)
+    tasks = tasks or (q["tasks"] if q else TASKS)
+    seeds = q["seeds"] if q else SEEDS
+    budget = q["budget"] if q else BUDGET
+    todo = [(a, t) for t in tasks for a in algos
+            if not any(r["algo"] == a and r["task"] == t and r["steps"] == budget[a] and r["seeds"] == seeds
+                       for r in done)]
+    return todo, [r for r in done if r["algo"] in algos and r["task"] in tasks], seeds, budget
+
+
+def learn_mode(out: str, quick: bool = False, algos=None, tasks=None) -> List[Dict]:
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "learn.json")
+    todo, _, seeds, budget = plan(out, quick, algos, tasks)
+    done = json.load(open(path)) if os.path.exists(path) else []
+    q = QUICK if quick else None
+    print(f"learn: {len(todo)} run(s) to do ({seeds} seeds each), "
+          f"about {len(todo) * (EST_SECONDS if not quick else 30) / 60:.0f} min", flush=True)
+    for algo, task in todo:
+        extra = q["extra"].get(algo, []) if q else EXTRA.get(algo, [])
+        r = one_run(algo, task, budget[algo], seeds, out, extra)
+        done.append(r)
+        with open(path + ".tmp", "w") as f:
+            json.dump(done, f, indent=1)
+        os.replace(path + ".tmp", path)
+        print(f"  {task:<16} {algo:<5} {r['steps']:>9} steps/seed  {r['wall_s']:6.0f}s  "
+              f"return {r['mean']:7.1f}  per seed {np.round(r['returns'], 1).tolist()}", flush=True)
+    return plan(out, quick, algos, tasks)[1]
+
+
+def learn_table(rows: List[Dict]) -> str:
+    """Markdown: final eval return (mean over seeds, 95% bootstrap CI), steps
+    per seed and wall-clock of the whole run (compile included)."""
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    algos = list(dict.fromkeys(r["algo"] for r in rows))
+    lines = ["| agent | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for a in algos:
+        cells = []
+        for t in tasks:
+            r = [x for x in rows if x["algo"] == a and x["task"] == t]
+            if not r:
+                cells.append("")
+                continue
+            r = r[-1]
+            lo, hi = bootstrap_ci(r["returns"])
+            cells.append(f"{r['mean']:.0f} [{lo:.0f}, {hi:.0f}] ({r['steps'] / 1000:.0f}k steps, "
+                         f"{r['wall_s'] / 60:.1f} min)")
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plots(rows: List[Dict], out: str) -> List[str]:
+    """Curves against env steps and wall-clock, by scripts/plot.py."""
+    run_dirs = [os.path.join(out, r["run_dir"]) for r in rows]
+    script = os.path.join(ROOT, "scripts", "plot.py")
+    if not run_dirs or not os.path.exists(script):
+        return []
+    target = os.path.join(out, "learning_curves")
+    r = subprocess.run([sys.executable, script, *run_dirs, "--out", target], capture_output=True,
+                       text=True, cwd=ROOT)
+    if r.returncode != 0:
+        print(f"plot.py failed: {r.stderr.strip().splitlines()[-1:]}")
+        return []
+    return sorted(glob.glob(target + "*"))
