@@ -311,7 +311,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
 
         nan = jnp.full((), jnp.nan, jnp.float32)
         no_metrics = {"losses/qf_loss": nan, "losses/actor_loss": nan, "losses/qf1_values": nan}
-        due = ~warmup & (i % period == period - 1) & replay.can_sample(state.replay, config.n_step)
+        due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
         state, metrics = jax.lax.cond(due, learn, lambda s: (s, no_metrics), state)
         return state, {**metrics, **agent.episode_metrics(next_state)}
 

@@ -348,7 +348,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         nan = jnp.full((), jnp.nan, jnp.float32)
         no_metrics = {k: nan for k in ("losses/qf_loss", "losses/actor_loss", "losses/qf1_values",
                                        "losses/alpha", "losses/alpha_loss", "stats/entropy")}
-        due = ~warmup & (i % period == period - 1) & replay.can_sample(state.replay, config.n_step)
+        due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
         state, metrics = jax.lax.cond(due, learn, lambda s: (s, no_metrics), state)
         return state, {**metrics, **agent.episode_metrics(next_state)}
 

@@ -97,6 +97,16 @@ def can_sample(buf: Replay, n_step: int) -> jnp.ndarray:
     return buf.size > n_step
 
 
+def ready(iteration, n_step: int):
+    """can_sample after the add of runner iteration `iteration` (0-based),
+    computed from the iteration alone: every seed has stored the same number
+    of rows, so a `lax.cond` on it stays a real branch under vmap over seeds.
+    A cond on the per-seed `buf.size` becomes a select that computes the
+    update on every iteration and copies the whole train state, replay
+    buffer included (O(capacity) per env step)."""
+    return iteration >= n_step
+
+
 def sample(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> Batch:
     """n-step transitions, uniformly over rows whose window is fully stored."""
     C, E = buf.reward.shape

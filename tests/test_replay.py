@@ -88,3 +88,16 @@ def test_per_env_streams_are_separate():
     b = replay.sample(buf, jax.random.PRNGKey(1), 512, 1, GAMMA)
     assert np.all(np.asarray(b.next_obs - b.obs) == 1.0)
     assert set(np.unique(np.asarray(b.obs) // 100).tolist()) == {0.0, 1.0}
+
+
+def test_ready_from_the_iteration_equals_can_sample_on_the_buffer():
+    """The agents decide whether to update from the iteration index (so the
+    cond is not batched over seeds); it must agree with the buffer itself,
+    before and after the ring wraps around."""
+    rows, n = 6, 3
+    buf = replay.init(rows, 2, 1, 1, 4)
+    for i in range(3 * rows):
+        z = jnp.zeros((2,))
+        buf = replay.add(buf, jnp.full((2, 1), float(i)), jnp.zeros((2, 1)), z, z.astype(bool),
+                         z.astype(bool), jnp.zeros((2, 1)))
+        assert bool(replay.ready(i, n)) == bool(replay.can_sample(buf, n)), i
