@@ -265,13 +265,32 @@ def test_cli_run_then_resume_and_refuse_corrupt(tmp_path):
 
 # --------------------------------------------------------------------- learning
 
-# CleanRL-style minibatching (64 transitions, 10 epochs) at CPU scale, with
-# Brax's reward scaling, entropy cost, clip and discount. Measured on 2 shared
-# cores: 6 runs of 800k steps took 533 s together (about 9k env steps/s);
-# Brax-style settings reached >= 996 in 3 of 3 seeds (by 300k-740k steps), the
-# CleanRL settings (no reward scaling or entropy, clip 0.2, gamma 0.99) in 2 of 3.
-# At 200k-300k steps only 2 of 20 runs of several variants had learned, so
-# no budget that fits CI time passes reliably: this one is marked slow.
+# In CI: 64 envs x 32 steps (2,048 transitions), 10 epochs of 16 minibatches
+# of 128, lr 2e-3 annealed, gamma 0.99 and an initial std of 1 (init_log_std
+# 0), 64x64 nets, 300k steps per seed. Measured on a loaded 2-core machine
+# (nice 19, 2 seeds vmapped): final evals 954 and 996 (this test's keys,
+# PRNGKey(0)) and 974 and 993 (PRNGKey(1)); about 55 s CPU per program (20-23 s
+# compile, 30-33 s run; 108-179 s wall under load; 80 s wall inside pytest,
+# same 953.6 and 995.8). With 600k steps all 4 seeds
+# of PRNGKey(0) split 4 ended at 971-1000 (>= 922 already at 150k). gamma 0.99
+# and the larger initial std were what mattered: with gamma 0.995 and
+# init_log_std -0.5 one seed in four stayed near 300 after 800k steps (its std
+# collapsed to 0.14 early), and with minibatches of 512 (8 epochs) no seed
+# learned in 400k steps.
+LEARN_CI = ppo.Config(env="cartpole_balance", backend="native", num_envs=64, num_seeds=2,
+                      total_timesteps=300_000, num_steps=32, num_minibatches=16, update_epochs=10,
+                      learning_rate=2e-3, anneal_lr=True, max_grad_norm=0.5, normalize_reward=True,
+                      reward_scaling=10.0, ent_coef=0.01, clip_coef=0.3, gamma=0.99, gae_lambda=0.95,
+                      init_log_std=0.0, actor_hidden_sizes=(64, 64), critic_hidden_sizes=(64, 64),
+                      eval_every=0, eval_episodes=5, checkpoint_every=0)
+
+# The earlier CPU-sized setting, kept slow: CleanRL-style minibatching (64
+# transitions, 10 epochs) with Brax's reward scaling, entropy cost, clip and
+# discount. Measured on 2 shared cores: 6 runs of 800k steps took 533 s
+# together (about 9k env steps/s); Brax-style settings reached >= 996 in 3 of 3
+# seeds (by 300k-740k steps), the CleanRL settings (no reward scaling or
+# entropy, clip 0.2, gamma 0.99) in 2 of 3. At 200k-300k steps only 2 of 20
+# runs of several variants had learned.
 LEARN = ppo.Config(env="cartpole_balance", backend="native", num_envs=32, num_seeds=2,
                    total_timesteps=800_000, num_steps=64, num_minibatches=32, update_epochs=10,
                    learning_rate=1e-3, anneal_lr=True, max_grad_norm=0.5, normalize_reward=True,
@@ -280,12 +299,21 @@ LEARN = ppo.Config(env="cartpole_balance", backend="native", num_envs=32, num_se
                    eval_every=0, eval_episodes=5, checkpoint_every=0)
 
 
+def _learns(config):
+    """Zero action scores 714 and uniform random actions 325-413: >= 950
+    on both seeds (deterministic mean action, full 1000-step episodes) is
+    learning."""
+    train = ppo.make_train(config)
+    _, history = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(0), config.num_seeds))
+    final = np.asarray(history["eval/episode_return"])[:, -1]
+    print(f"ppo on {config.env}: {config.total_timesteps} steps, final eval {final}")
+    assert np.all(final >= 950), final
+
+
+def test_learns_cartpole_balance_in_ci_time():
+    _learns(LEARN_CI)
+
+
 @pytest.mark.slow
 def test_learns_cartpole_balance():
-    """Zero action scores 714 and uniform random actions 325-413: >= 950
-    on both seeds is learning."""
-    train = ppo.make_train(LEARN)
-    _, history = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(0), LEARN.num_seeds))
-    final = np.asarray(history["eval/episode_return"])[:, -1]
-    print(f"ppo on {LEARN.env}: {LEARN.total_timesteps} steps, final eval {final}")
-    assert np.all(final >= 950), final
+    _learns(LEARN)
