@@ -252,7 +252,7 @@ against N sequential single-seed runs of the same program size, for TD3
 for both (scripts/bench_scale.py)."""
 
 SCALE_SETTINGS = {  # algo: (full overrides, quick overrides)
-    "td3": (dict(total_timesteps=6000, learning_starts=1000),
+    "td3": (dict(total_timesteps=4000, learning_starts=1000),
             dict(total_timesteps=1000, learning_starts=500, hidden_sizes=(16, 16), batch_size=32)),
     "ppo": (dict(total_timesteps=1024 * 30 * 3, num_envs=1024),
             dict(total_timesteps=64 * 30 * 2, num_envs=64, actor_hidden_sizes=(8,), critic_hidden_sizes=(8,))),
@@ -278,7 +278,8 @@ def scale_mode(args) -> int:
 
 FULL_PARTS = (  # name, arguments, arguments in quick mode, expected minutes (full, quick)
     ("envs", ["envs"], ["envs", "--quick"], 6, 0.5),
-    ("train", ["train"], ["train", "--quick", "--algos", "td3", "ppo"], 25, 2),
+    ("train", ["train", "--steps-1env", "2000", "--steps-many", "25600"],
+     ["train", "--quick", "--algos", "td3", "ppo"], 25, 2),
     ("scale", ["scale"], ["scale", "--quick"], 6, 1),
 )
 
