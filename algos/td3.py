@@ -281,9 +281,12 @@ def make_train(config: Config, hooks=None) -> agent.Train:
                 actor_target=polyak(state.actor_target, actor_params),
                 critic_target=polyak(state.critic_target, state.critic_params)), loss
 
-        state, actor_loss = jax.lax.cond(
+        # Only the networks pass through the cond: with the replay buffer and
+        # env states among its operands XLA copied them on every update.
+        nets, actor_loss = jax.lax.cond(
             u % config.policy_delay == 0, actor_step,
-            lambda s: (s, jnp.full((), jnp.nan, jnp.float32)), state)
+            lambda s: (s, jnp.full((), jnp.nan, jnp.float32)), state._replace(env_state=None, replay=None))
+        state = nets._replace(env_state=state.env_state, replay=state.replay)
         return state, {"losses/qf_loss": qf_loss / 2, "losses/actor_loss": actor_loss,
                        "losses/qf1_values": q[0].mean()}
 
