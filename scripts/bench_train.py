@@ -103,17 +103,19 @@ def _python_loop(env: str, policy, update, state, key, total_timesteps: int, lea
     return {"sps": steps / wall, "wall_s": wall, "ms_per_update": 1000 * wall / steps}
 
 
+def _reference_nets(mod, env: str, hidden, seed: int):
+    """The agent module's own actor and twin critic, initialised for `env`."""
+    dm, flat, A = _dm_loop(env, seed)
+    D = flat(dm.reset()).shape[0]
+    actor, critic = mod.Actor(tuple(hidden), A), mod.TwinCritic(tuple(hidden), False)
+    k1, k2, key = jax.random.split(jax.random.PRNGKey(seed), 3)
+    return actor, critic, actor.init(k1, jnp.zeros(D)), critic.init(k2, jnp.zeros(D), jnp.zeros(A)), key, A
+
+
 def reference_td3(env: str, total_timesteps: int, learning_starts: int, batch_size: int = 256,
                   hidden=(256, 256), seed: int = 0) -> Dict[str, float]:
     """TD3 (CleanRL style): twin critics, smoothing, policy delay 2."""
-    td3 = load_algo("td3")
-    dm, flat, A = _dm_loop(env, seed)
-    D = flat(dm.reset()).shape[0]
-    actor, critic = td3.Actor(tuple(hidden), A), td3.TwinCritic(tuple(hidden), False)
-    key = jax.random.PRNGKey(seed)
-    k1, k2, key = jax.random.split(key, 3)
-    ap = actor.init(k1, jnp.zeros(D))
-    cp = critic.init(k2, jnp.zeros(D), jnp.zeros(A))
+    actor, critic, ap, cp, key, _ = _reference_nets(load_algo("td3"), env, hidden, seed)
     tx = optax.adam(3e-4)
     state = (ap, cp, ap, cp, tx.init(ap), tx.init(cp))
 
@@ -154,14 +156,7 @@ def reference_sac(env: str, total_timesteps: int, learning_starts: int, batch_si
                   hidden=(256, 256), seed: int = 0) -> Dict[str, float]:
     """SAC (CleanRL style, learned temperature): every env step one critic,
     one actor and one temperature update and a Polyak target update."""
-    sac = load_algo("sac")
-    dm, flat, A = _dm_loop(env, seed)
-    D = flat(dm.reset()).shape[0]
-    actor, critic = sac.Actor(tuple(hidden), A), sac.TwinCritic(tuple(hidden), False)
-    key = jax.random.PRNGKey(seed)
-    k1, k2, key = jax.random.split(key, 3)
-    ap = actor.init(k1, jnp.zeros(D))
-    cp = critic.init(k2, jnp.zeros(D), jnp.zeros(A))
+    actor, critic, ap, cp, key, A = _reference_nets(load_algo("sac"), env, hidden, seed)
     tx = optax.adam(3e-4)
     log_alpha = jnp.zeros(())
     state = (ap, cp, cp, log_alpha, tx.init(ap), tx.init(cp), tx.init(log_alpha))
