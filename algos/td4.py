@@ -220,14 +220,16 @@ def categorical_projection(reward, discount, probs, v_min, v_max):
     clipped to [v_min, v_max] and its mass split between the two nearest
     atoms in proportion to closeness (all of it to an atom it lands on), so
     the result [..., K] keeps the total mass. Written as a dense [K, K]
-    triangle-kernel product, with no scatter."""
+    triangle-kernel product, with no scatter; as a batched matmul (einsum),
+    because XLA:CPU ran the same multiply-and-sum as an elementwise fusion
+    about 20x slower, which made the whole update 8x slower."""
     K = probs.shape[-1]
     support = jnp.linspace(v_min, v_max, K)
     delta = (v_max - v_min) / (K - 1)
     shifted = jnp.clip(reward[..., None] + discount[..., None] * support, v_min, v_max)
     # weight[..., i, j]: share of shifted atom j that goes to support atom i
     weight = jnp.clip(1 - jnp.abs(shifted[..., None, :] - support[:, None]) / delta, 0, 1)
-    return (weight * probs[..., None, :]).sum(-1)
+    return jnp.einsum('...ij,...j->...i', weight, probs)
 
 
 def clipped_double_q(twin_probs, support):
