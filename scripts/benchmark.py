@@ -307,14 +307,14 @@ def _machine() -> str:
             f"{jax.default_backend()}, Python {platform.python_version()}")
 
 
-def full_mode(out: str, quick: bool) -> int:
+def full_mode(out: str, quick: bool, jobs: int = 2) -> int:
     import subprocess
     import bench_learn
     os.makedirs(out, exist_ok=True)
     learn_left = len(bench_learn.plan(out, quick)[0])
     todo = [p for p in FULL_PARTS if not _part_done(out, p[0])]
     minutes = sum(p[4 if quick else 3] for p in todo) + (
-        (0.5 if quick else bench_learn.EST_SECONDS / 60) * learn_left)
+        (0.5 if quick else bench_learn.EST_SECONDS / 60) * learn_left / max(1, min(jobs, os.cpu_count() or 1)))
     print(f"full benchmark{' (quick)' if quick else ''} into {out}/: about {minutes:.0f} minutes "
           f"({', '.join(p[0] for p in todo) or 'no'} part(s) left, then learn: {learn_left} "
           f"run(s) left); rerun the same command to resume", flush=True)
@@ -331,7 +331,7 @@ def full_mode(out: str, quick: bool) -> int:
         os.replace(os.path.join(out, f"{name}.txt.tmp"), os.path.join(out, f"{name}.txt"))
         print(_table_of(r.stdout) + f"\n({time.time() - t0:.0f}s)", flush=True)
     print("== learn", flush=True)
-    rows = bench_learn.learn_mode(out, quick)
+    rows = bench_learn.learn_mode(out, quick, jobs=jobs)
     figures = bench_learn.plots(rows, out)
     report = os.path.join(out, "results.md")
     with open(report, "w") as fh:
@@ -372,6 +372,11 @@ def _report(out: str, rows, figures, quick: bool) -> str:
         if fig.endswith(".png"):
             parts += [f"![{os.path.basename(fig)}]({os.path.relpath(fig, out)})", ""]
     return "\n".join(parts)
+
+
+def bench_learn_jobs() -> int:
+    import bench_learn
+    return bench_learn.JOBS
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -422,23 +427,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     lp.add_argument("--algos", nargs="+", default=None)
     lp.add_argument("--tasks", nargs="+", default=None)
     lp.add_argument("--quick", action="store_true", help="smoke check: td3 and ppo, tiny, cartpole_balance")
+    lp.add_argument("--jobs", type=int, default=bench_learn_jobs(), help="runs at a time, each pinned to its own core")
     f = modes.add_parser("full", help="everything for the README, resumable, under 2 hours here",
                          description=FULL_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("--out", default="bench", help="directory for results (rerun with the same --out to resume)")
     f.add_argument("--quick", action="store_true", help="smoke check of every part (a few minutes)")
+    f.add_argument("--jobs", type=int, default=bench_learn_jobs(),
+                   help="learning runs at a time, each pinned to its own core")
     args = p.parse_args(argv)
+    if getattr(args, "jobs", 1) < 1:
+        raise UserError("--jobs must be positive")
 
     if args.mode == "scale":
         return scale_mode(args)
     if args.mode == "learn":
         import bench_learn
-        rows = bench_learn.learn_mode(args.out, args.quick, args.algos, args.tasks)
+        rows = bench_learn.learn_mode(args.out, args.quick, args.algos, args.tasks, args.jobs)
         print(bench_learn.learn_table(rows))
         for path in bench_learn.plots(rows, args.out):
             print(f"figure: {path}")
         return 0
     if args.mode == "full":
-        return full_mode(args.out, args.quick)
+        return full_mode(args.out, args.quick, args.jobs)
 
     if args.mode == "train":
         import bench_train
