@@ -40,7 +40,10 @@ BUDGET = {"td3": 18_000, "ddpg": 24_000, "d4pg": 15_000, "td4": 12_000, "sac": 1
 EXTRA = {a: ["--learning-starts", str(BUDGET[a] // 5)] for a in ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")}
 EST_SECONDS = 300  # per run, on one core
 JOBS = 2  # runs at a time, each pinned to its own core
-QUICK = dict(algos=("td3", "ppo"), tasks=("cartpole_balance",), seeds=2,
+# The fixed wall-clock comparison: each run's eval return at this many seconds
+# since its TensorBoard stream began (compile included), from its curve.
+WALL_SECONDS = 240
+QUICK = dict(algos=("td3", "ppo"), tasks=("cartpole_balance",), seeds=2, wall_seconds=30,
              budget={"td3": 2_000, "ppo": 2 * 64 * 30},
              extra={"td3": ["--hidden-sizes", "16", "16", "--batch-size", "32", "--learning-starts", "500"],
                     "ppo": ["--num-envs", "64", "--actor-hidden-sizes", "8", "--critic-hidden-sizes", "8",
@@ -164,6 +167,38 @@ def learn_table(rows: List[Dict]) -> str:
             lo, hi = bootstrap_ci(r["returns"])
             cells.append(f"{r['mean']:.0f} [{lo:.0f}, {hi:.0f}] ({r['steps'] / 1000:.0f}k steps, "
                          f"{r['wall_s'] / 60:.1f} min)")
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def wall_table(rows: List[Dict], out: str, seconds: float) -> str:
+    """Markdown: per agent and task, the eval return (mean over seeds) of the
+    last evaluation logged within `seconds` of wall-clock, and the env steps
+    per seed it had reached; from the runs' TensorBoard logs (scripts/plot.py
+    reads them). A run that ended sooner shows its final evaluation."""
+    import plot
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    algos = list(dict.fromkeys(r["algo"] for r in rows))
+    lines = ["| agent | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for a in algos:
+        cells = []
+        for t in tasks:
+            r = [x for x in rows if x["algo"] == a and x["task"] == t]
+            run = os.path.join(out, r[-1]["run_dir"]) if r else None
+            if run is None or not os.path.isdir(run):
+                cells.append("")
+                continue
+            series = [s for g in plot.load([run], "eval/episode_return").values() for s in g]
+            picks = []
+            for s in series:
+                within = np.nonzero(s.times <= seconds)[0]
+                if len(within):
+                    picks.append((s.values[within[-1]], s.steps[within[-1]]))
+            if len(picks) < len(series) or not picks:
+                cells.append("no eval yet")
+                continue
+            cells.append(f"{np.mean([v for v, _ in picks]):.0f} "
+                         f"({np.mean([st for _, st in picks]) / 1000:.0f}k steps)")
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -366,8 +366,12 @@ def _report(out: str, rows, figures, quick: bool) -> str:
         path = os.path.join(out, f"{name}.txt")
         if os.path.exists(path):
             parts += [f"## {title}", "", "```", _table_of(open(path).read()).strip(), "```", ""]
+    seconds = bench_learn.QUICK["wall_seconds"] if quick else bench_learn.WALL_SECONDS
     parts += ["## Learning: final eval return, mean [95% bootstrap CI] over seeds", "",
-              bench_learn.learn_table(rows), ""]
+              bench_learn.learn_table(rows), "",
+              f"## Learning at a fixed wall-clock: eval return after {seconds / 60:g} min "
+              "(compile included; mean over seeds, env steps per seed reached)", "",
+              bench_learn.wall_table(rows, out, seconds), ""]
     for fig in figures:
         if fig.endswith(".png"):
             parts += [f"![{os.path.basename(fig)}]({os.path.relpath(fig, out)})", ""]
@@ -444,6 +448,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         import bench_learn
         rows = bench_learn.learn_mode(args.out, args.quick, args.algos, args.tasks, args.jobs)
         print(bench_learn.learn_table(rows))
+        seconds = bench_learn.QUICK["wall_seconds"] if args.quick else bench_learn.WALL_SECONDS
+        print(f"\neval return after {seconds / 60:g} min of wall-clock:")
+        print(bench_learn.wall_table(rows, args.out, seconds))
         for path in bench_learn.plots(rows, args.out):
             print(f"figure: {path}")
         return 0

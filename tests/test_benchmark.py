@@ -67,3 +67,22 @@ def test_full_quick_runs_every_part_and_writes_a_report(tmp_path):
     again = _run("full", "--quick", "--out", out, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "no part(s) left" in again.stdout and "0 run(s) left" in again.stdout, again.stdout
+
+
+def test_wall_table_picks_the_last_evaluation_within_the_budget(tmp_path):
+    """The fixed wall-clock table from synthetic logs: evaluations at 5, 10 and
+    15 s after each stream began (tests/test_plot.py's writer)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import bench_learn
+    from test_plot import write_run
+    write_run(tmp_path / "runs", "cheetah_run__td3__1__100", {1: [10, 20, 30], 2: [30, 40, 60]}, "cheetah_run")
+    rows = [dict(algo="td3", task="cheetah_run", run_dir="runs/cheetah_run__td3__1__100")]
+
+    def cell(seconds):
+        line = [l for l in bench_learn.wall_table(rows, str(tmp_path), seconds).splitlines()
+                if l.startswith("| td3 |")][0]
+        return line.split("|")[2].strip()
+
+    assert cell(12) == "30 (2k steps)"     # mean of 20 and 40, logged at 10 s
+    assert cell(100) == "45 (3k steps)"    # the final evaluation
+    assert cell(3) == "no eval yet"
