@@ -150,25 +150,25 @@ def learn_mode(out: str, quick: bool = False, algos=None, tasks=None, jobs: int 
     return plan(out, quick, algos, tasks)[1]
 
 
-def learn_table(rows: List[Dict]) -> str:
-    """Markdown: final eval return (mean over seeds, 95% bootstrap CI), steps
-    per seed and wall-clock of the whole run (compile included)."""
+def _grid(rows: List[Dict], cell) -> str:
+    """Markdown table, an agent a row and a task a column; cell(run) fills
+    each (agent, task) that has a run (its latest)."""
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     algos = list(dict.fromkeys(r["algo"] for r in rows))
     lines = ["| agent | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     for a in algos:
-        cells = []
-        for t in tasks:
-            r = [x for x in rows if x["algo"] == a and x["task"] == t]
-            if not r:
-                cells.append("")
-                continue
-            r = r[-1]
-            lo, hi = bootstrap_ci(r["returns"])
-            cells.append(f"{r['mean']:.0f} [{lo:.0f}, {hi:.0f}] ({r['steps'] / 1000:.0f}k steps, "
-                         f"{r['wall_s'] / 60:.1f} min)")
-        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+        runs = [[x for x in rows if x["algo"] == a and x["task"] == t] for t in tasks]
+        lines.append(f"| {a} | " + " | ".join(cell(r[-1]) if r else "" for r in runs) + " |")
     return "\n".join(lines)
+
+
+def learn_table(rows: List[Dict]) -> str:
+    """Markdown: final eval return (mean over seeds, 95% bootstrap CI), steps
+    per seed and wall-clock of the whole run (compile included)."""
+    def cell(r):
+        lo, hi = bootstrap_ci(r["returns"])
+        return f"{r['mean']:.0f} [{lo:.0f}, {hi:.0f}] ({r['steps'] / 1000:.0f}k steps, {r['wall_s'] / 60:.1f} min)"
+    return _grid(rows, cell)
 
 
 def wall_table(rows: List[Dict], out: str, seconds: float) -> str:
@@ -177,30 +177,18 @@ def wall_table(rows: List[Dict], out: str, seconds: float) -> str:
     per seed it had reached; from the runs' TensorBoard logs (scripts/plot.py
     reads them). A run that ended sooner shows its final evaluation."""
     import plot
-    tasks = list(dict.fromkeys(r["task"] for r in rows))
-    algos = list(dict.fromkeys(r["algo"] for r in rows))
-    lines = ["| agent | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
-    for a in algos:
-        cells = []
-        for t in tasks:
-            r = [x for x in rows if x["algo"] == a and x["task"] == t]
-            run = os.path.join(out, r[-1]["run_dir"]) if r else None
-            if run is None or not os.path.isdir(run):
-                cells.append("")
-                continue
-            series = [s for g in plot.load([run], "eval/episode_return").values() for s in g]
-            picks = []
-            for s in series:
-                within = np.nonzero(s.times <= seconds)[0]
-                if len(within):
-                    picks.append((s.values[within[-1]], s.steps[within[-1]]))
-            if len(picks) < len(series) or not picks:
-                cells.append("no eval yet")
-                continue
-            cells.append(f"{np.mean([v for v, _ in picks]):.0f} "
-                         f"({np.mean([st for _, st in picks]) / 1000:.0f}k steps)")
-        lines.append(f"| {a} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+
+    def cell(r):
+        run = os.path.join(out, r["run_dir"])
+        if not os.path.isdir(run):
+            return ""
+        series = [s for g in plot.load([run], "eval/episode_return").values() for s in g]
+        picks = [(s.values[i[-1]], s.steps[i[-1]]) for s in series
+                 for i in [np.nonzero(s.times <= seconds)[0]] if len(i)]
+        if not picks or len(picks) < len(series):
+            return "no eval yet"
+        return f"{np.mean([v for v, _ in picks]):.0f} ({np.mean([st for _, st in picks]) / 1000:.0f}k steps)"
+    return _grid(rows, cell)
 
 
 def plots(rows: List[Dict], out: str) -> List[str]:
