@@ -38,7 +38,7 @@ SEEDS = 3
 BUDGET = {"td3": 18_000, "ddpg": 24_000, "d4pg": 15_000, "td4": 12_000, "sac": 14_000,
           "mpo": 5_000, "ppo": 70 * 1024 * 30}
 EXTRA = {a: ["--learning-starts", str(BUDGET[a] // 5)] for a in ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")}
-EST_SECONDS = 300  # per run, on one core
+EST_SECONDS = 400  # per run, on one core of two both busy (2026-12-03: 350-460 s, compile included)
 JOBS = 2  # runs at a time, each pinned to its own core
 # The fixed wall-clock comparison: each run's eval return at this many seconds
 # since its TensorBoard stream began (compile included), from its curve.
