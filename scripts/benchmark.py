@@ -317,7 +317,7 @@ def full_mode(out: str, quick: bool, jobs: int = 2) -> int:
     learn_left = len(bench_learn.plan(out, quick)[0])
     todo = [p for p in FULL_PARTS if not _part_done(out, p[0])]
     minutes = sum(p[4 if quick else 3] for p in todo) + (
-        (0.5 if quick else bench_learn.EST_SECONDS / 60) * learn_left / max(1, min(jobs, os.cpu_count() or 1)))
+        (0.5 if quick else bench_learn.EST_SECONDS / 60) * learn_left / max(1, min(jobs, os.cpu_count() or 1, learn_left)))
     print(f"full benchmark{' (quick)' if quick else ''} into {out}/: about {minutes:.0f} minutes "
           f"({', '.join(p[0] for p in todo) or 'no'} part(s) left, then learn: {learn_left} "
           f"run(s) left); rerun the same command to resume", flush=True)
