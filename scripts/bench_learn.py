@@ -79,7 +79,7 @@ def one_run(algo: str, task: str, steps: int, seeds: int, out: str, extra=(), co
     # (algo, task) never runs twice at once, so the newest new one is ours.
     run_dir = sorted(set(glob.glob(pattern)) - before)[-1]
     final = _final_returns(r.stdout)
-    return dict(algo=algo, task=task, steps=steps, seeds=seeds, wall_s=wall, cores=1 if core is not None else 0,
+    return dict(algo=algo, task=task, steps=steps, seeds=seeds, wall_s=wall,
                 returns=final, mean=float(np.mean(final)), run_dir=os.path.relpath(run_dir, out))
 
 
@@ -96,6 +96,10 @@ def bootstrap_ci(x, n: int = 2000, seed: int = 0):
     idx = np.random.default_rng(seed).integers(0, len(x), (n, len(x)))
     means = x[idx].mean(1)
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def wall_seconds(quick: bool) -> float:
+    return QUICK["wall_seconds"] if quick else WALL_SECONDS
 
 
 def budget_of(budget: Dict, algo: str, task: str) -> int:

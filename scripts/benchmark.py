@@ -316,8 +316,9 @@ def full_mode(out: str, quick: bool, jobs: int = 2) -> int:
     os.makedirs(out, exist_ok=True)
     learn_left = len(bench_learn.plan(out, quick)[0])
     todo = [p for p in FULL_PARTS if not _part_done(out, p[0])]
+    parallel = max(1, min(jobs, len(os.sched_getaffinity(0)), learn_left))
     minutes = sum(p[4 if quick else 3] for p in todo) + (
-        (0.5 if quick else bench_learn.EST_SECONDS / 60) * learn_left / max(1, min(jobs, os.cpu_count() or 1, learn_left)))
+        (0.5 if quick else bench_learn.EST_SECONDS / 60) * learn_left / parallel)
     print(f"full benchmark{' (quick)' if quick else ''} into {out}/: about {minutes:.0f} minutes "
           f"({', '.join(p[0] for p in todo) or 'no'} part(s) left, then learn: {learn_left} "
           f"run(s) left); rerun the same command to resume", flush=True)
@@ -369,7 +370,7 @@ def _report(out: str, rows, figures, quick: bool) -> str:
         path = os.path.join(out, f"{name}.txt")
         if os.path.exists(path):
             parts += [f"## {title}", "", "```", _table_of(open(path).read()).strip(), "```", ""]
-    seconds = bench_learn.QUICK["wall_seconds"] if quick else bench_learn.WALL_SECONDS
+    seconds = bench_learn.wall_seconds(quick)
     parts += ["## Learning: final eval return, mean [95% bootstrap CI] over seeds", "",
               bench_learn.learn_table(rows), "",
               f"## Learning at a fixed wall-clock: eval return after {seconds / 60:g} min "
@@ -381,12 +382,8 @@ def _report(out: str, rows, figures, quick: bool) -> str:
     return "\n".join(parts)
 
 
-def bench_learn_jobs() -> int:
-    import bench_learn
-    return bench_learn.JOBS
-
-
 def main(argv: Optional[List[str]] = None) -> int:
+    import bench_learn
     from common.errors import UserError
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -434,12 +431,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     lp.add_argument("--algos", nargs="+", default=None)
     lp.add_argument("--tasks", nargs="+", default=None)
     lp.add_argument("--quick", action="store_true", help="smoke check: td3 and ppo, tiny, cartpole_balance")
-    lp.add_argument("--jobs", type=int, default=bench_learn_jobs(), help="runs at a time, each pinned to its own core")
+    lp.add_argument("--jobs", type=int, default=bench_learn.JOBS, help="runs at a time, each pinned to its own core")
     f = modes.add_parser("full", help="everything for the README, resumable, under 2 hours here",
                          description=FULL_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("--out", default="bench", help="directory for results (rerun with the same --out to resume)")
     f.add_argument("--quick", action="store_true", help="smoke check of every part (a few minutes)")
-    f.add_argument("--jobs", type=int, default=bench_learn_jobs(),
+    f.add_argument("--jobs", type=int, default=bench_learn.JOBS,
                    help="learning runs at a time, each pinned to its own core")
     args = p.parse_args(argv)
     if getattr(args, "jobs", 1) < 1:
@@ -448,10 +445,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.mode == "scale":
         return scale_mode(args)
     if args.mode == "learn":
-        import bench_learn
         rows = bench_learn.learn_mode(args.out, args.quick, args.algos, args.tasks, args.jobs)
         print(bench_learn.learn_table(rows))
-        seconds = bench_learn.QUICK["wall_seconds"] if args.quick else bench_learn.WALL_SECONDS
+        seconds = bench_learn.wall_seconds(args.quick)
         print(f"\neval return after {seconds / 60:g} min of wall-clock:")
         print(bench_learn.wall_table(rows, args.out, seconds))
         for path in bench_learn.plots(rows, args.out):

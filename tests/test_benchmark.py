@@ -86,3 +86,10 @@ def test_wall_table_picks_the_last_evaluation_within_the_budget(tmp_path):
     assert cell(12) == "30 (2k steps)"     # mean of 20 and 40, logged at 10 s
     assert cell(100) == "45 (3k steps)"    # the final evaluation
     assert cell(3) == "no eval yet"
+
+
+def test_non_positive_jobs_is_one_line_and_status_2(tmp_path):
+    r = _run("learn", "--quick", "--jobs", "0", "--out", str(tmp_path / "b"))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "--jobs must be positive" in r.stderr
+    assert not os.path.exists(tmp_path / "b")
