@@ -22,6 +22,12 @@ default). Each update:
   KL(pi'(s) || pi_mean(s)) <= epsilon_mean and KL(pi'(s) || pi_std(s)) <=
   epsilon_stddev, enforced by learned Lagrange multipliers (alpha_mean,
   alpha_stddev) with the usual penalty / dual-ascent split.
+- Action penalization (MO-MPO, Abdolmaleki et al. 2020, arXiv:2005.07513;
+  on by default as in Acme, which recommends it for the control suite): the
+  cost -||a_ij - clip(a_ij, -1, 1)|| of each sampled action gets its own
+  E-step weights and temperature dual (bound `epsilon_penalty`), added to
+  those of Q, so samples beyond the action bounds lose weight however
+  good the critic (which only sees clipped actions) finds them.
 - Duals are kept positive by a softplus (eta = softplus(theta) + 1e-8, as
   in Acme) and trained with their own Adam (`dual_lr`), so they change by
   about `dual_lr` per update: additive steps, not multiplicative ones, which
@@ -29,6 +35,7 @@ default). Each update:
   the policy's step size. Target policy and critic are Polyak averages of the
   online ones.
 
+Actor and critic gradients are clipped to a global norm of 40 (Acme).
 Exploration samples the online Gaussian; evaluation acts with its mean.
 Actions reaching the env or the critic are clipped to the action bounds.
 
@@ -119,6 +126,14 @@ class Config:
     """initial Lagrange multiplier of the std constraint"""
     per_dim_constraining: bool = True
     """one KL constraint (and multiplier) per action dimension instead of one in total"""
+    action_penalization: bool = True
+    """MO-MPO action penalization (Acme's default, recommended for the control suite): a
+    second set of E-step weights from the cost -||a - clip(a, -1, 1)|| of each sampled
+    action, with its own temperature dual, pulls the policy back inside the action bounds"""
+    epsilon_penalty: float = 1e-3
+    """E-step KL bound of the action-penalization weights"""
+    max_grad_norm: float = 40.0
+    """global gradient-norm clipping of the actor and critic updates (as in Acme)"""
     n_step: int = 1
     """n-step returns (windows stop at episode ends)"""
     hidden_sizes: Tuple[int, ...] = (256, 256)
@@ -180,6 +195,8 @@ class HParams(NamedTuple):
     init_temperature: jnp.ndarray
     init_alpha_mean: jnp.ndarray
     init_alpha_stddev: jnp.ndarray
+    epsilon_penalty: jnp.ndarray
+    max_grad_norm: jnp.ndarray
 
 
 class Duals(NamedTuple):
@@ -188,6 +205,7 @@ class Duals(NamedTuple):
     temperature: jnp.ndarray   # []
     alpha_mean: jnp.ndarray    # [A] per dimension, else [1]
     alpha_stddev: jnp.ndarray  # [A] per dimension, else [1]
+    penalty_temperature: jnp.ndarray  # [] action penalization (unused when it is off)
 
 
 def positive(param):
@@ -209,6 +227,7 @@ class TrainState(NamedTuple):
     critic_opt: optax.OptState
     dual_opt: optax.OptState
     env_state: envs.EnvState
+    pool: envs.Pool           # this seed's initial states (dm_control resets)
     replay: replay.Replay
     obs_stats: normalize.RunningStats
     hp: HParams
@@ -223,7 +242,7 @@ def hparams(config: Config) -> HParams:
 def init_duals(hp: HParams, num_constraints: int) -> Duals:
     ones = jnp.ones(num_constraints, jnp.float32)
     return Duals(inverse_positive(hp.init_temperature), inverse_positive(hp.init_alpha_mean) * ones,
-                 inverse_positive(hp.init_alpha_stddev) * ones)
+                 inverse_positive(hp.init_alpha_stddev) * ones, inverse_positive(hp.init_temperature))
 
 
 def project_duals(duals: Duals) -> Duals:
@@ -235,7 +254,8 @@ def project_duals(duals: Duals) -> Duals:
 def validate(config: Config) -> None:
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
                          "buffer_size", "batch_size", "n_step", "updates_per_step", "num_samples",
-                         "epsilon", "epsilon_mean", "epsilon_stddev", "init_temperature",
+                         "epsilon", "epsilon_mean", "epsilon_stddev", "epsilon_penalty",
+                         "max_grad_norm", "init_temperature",
                          "init_alpha_mean", "init_alpha_stddev")
     if min(config.hidden_sizes, default=0) <= 0:
         raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
@@ -253,54 +273,81 @@ def td_target(reward, discount, next_q_samples):
     return reward + discount * next_q_samples.mean(0)
 
 
-def e_step(q, temperature, epsilon):
+def batch_mean(x, mask):
+    """Mean over the batch (axis 0) of the states that count (mask 1; None: all)."""
+    if mask is None:
+        return x.mean(0)
+    mask = mask.reshape(mask.shape + (1,) * (x.ndim - 1))
+    return (mask * x).sum(0) / jnp.maximum(mask.sum(), 1.0)
+
+
+def e_step(q, temperature, epsilon, mask=None):
     """Non-parametric E-step over N sampled actions per state (q: [N, B]).
 
     Returns the weights softmax_j(q_ij / eta) (no gradient; each column sums
     to 1), the temperature dual loss eta * epsilon + eta * mean_i log mean_j
     exp(q_ij / eta) (whose gradient in eta is epsilon - KL(weights || uniform)),
-    and that mean KL."""
+    and that mean KL, over the states that count (mask 1)."""
     q = jax.lax.stop_gradient(q)
     tempered = q / temperature
     weights = jax.lax.stop_gradient(jax.nn.softmax(tempered, axis=0))
     log_mean_exp = jax.nn.logsumexp(tempered, axis=0) - jnp.log(q.shape[0])
-    loss = temperature * (epsilon + log_mean_exp.mean())
-    kl = jnp.sum(weights * (jax.nn.log_softmax(tempered, axis=0) + jnp.log(q.shape[0])), axis=0).mean()
+    loss = temperature * (epsilon + batch_mean(log_mean_exp, mask))
+    kl = batch_mean(jnp.sum(weights * (jax.nn.log_softmax(tempered, axis=0) + jnp.log(q.shape[0])), axis=0),
+                    mask)
     return weights, loss, kl
 
 
-def kl_penalty_and_dual_loss(kl, alpha, epsilon, per_dim: bool):
+def action_cost(actions):
+    """-||a - clip(a, -1, 1)|| per sampled action (policy units, [N, B, A] ->
+    [N, B]): 0 inside the bounds, minus the distance to them outside."""
+    return -jnp.linalg.norm(actions - jnp.clip(actions, -1.0, 1.0), axis=-1)
+
+
+def kl_penalty_and_dual_loss(kl, alpha, epsilon, per_dim: bool, mask=None):
     """kl: [B, A]. Penalty stopgrad(alpha) * KL on the policy and dual loss
     alpha * (epsilon - stopgrad(KL)) on the multiplier, with the KL averaged
     over the batch, per dimension or summed over dimensions."""
-    mean_kl = kl.mean(0) if per_dim else kl.sum(-1).mean(0, keepdims=True)
+    mean_kl = batch_mean(kl, mask) if per_dim else batch_mean(kl.sum(-1), mask)[None]
     penalty = jnp.sum(jax.lax.stop_gradient(alpha) * mean_kl)
     dual_loss = jnp.sum(alpha * (epsilon - jax.lax.stop_gradient(mean_kl)))
     return penalty, dual_loss, mean_kl
 
 
 def policy_loss(mean, std, target_mean, target_std, actions, q, duals: Duals, hp: HParams,
-                per_dim: bool = True):
+                per_dim: bool = True, penalize: bool = False, mask=None):
     """E-step and decoupled M-step (arXiv:1812.02256): one scalar whose
     gradient trains the online policy (through mean, std) and the duals.
 
     mean, std: online policy [B, A]; target_mean, target_std: target policy;
-    actions: [N, B, A] sampled from the target policy; q: [N, B] their values."""
+    actions: [N, B, A] sampled from the target policy; q: [N, B] their values;
+    penalize: action penalization (MO-MPO, arXiv:2005.07513, as in Acme): the
+    E-step weights of the action cost, with their own temperature and bound
+    epsilon_penalty, are added to those of q (each state's weights then sum
+    to 2), and their temperature dual loss to the temperature's.
+    mask: [B], 0 for states that must not count (diverged steps)."""
     temperature = positive(duals.temperature)
     alpha_mean, alpha_stddev = positive(duals.alpha_mean), positive(duals.alpha_stddev)
-    weights, temperature_loss, kl_weights = e_step(q, temperature, hp.epsilon)
+    weights, temperature_loss, kl_weights = e_step(q, temperature, hp.epsilon, mask)
+    penalty_temperature = positive(duals.penalty_temperature)
+    kl_penalty = jnp.zeros(())
+    if penalize:
+        penalty_weights, penalty_loss, kl_penalty = e_step(action_cost(actions), penalty_temperature,
+                                                           hp.epsilon_penalty, mask)
+        weights = weights + penalty_weights
+        temperature_loss = temperature_loss + penalty_loss
 
     # online mean with the target std, and target mean with the online std
     fixed_std = distrax.Normal(mean, target_std)
     fixed_mean = distrax.Normal(target_mean, std)
-    nll_mean = -(weights * fixed_std.log_prob(actions).sum(-1)).sum(0).mean()
-    nll_stddev = -(weights * fixed_mean.log_prob(actions).sum(-1)).sum(0).mean()
+    nll_mean = -batch_mean((weights * fixed_std.log_prob(actions).sum(-1)).sum(0), mask)
+    nll_stddev = -batch_mean((weights * fixed_mean.log_prob(actions).sum(-1)).sum(0), mask)
 
     target = distrax.Normal(target_mean, target_std)
     penalty_mean, dual_mean, kl_mean = kl_penalty_and_dual_loss(
-        target.kl_divergence(fixed_std), alpha_mean, hp.epsilon_mean, per_dim)
+        target.kl_divergence(fixed_std), alpha_mean, hp.epsilon_mean, per_dim, mask)
     penalty_stddev, dual_stddev, kl_stddev = kl_penalty_and_dual_loss(
-        target.kl_divergence(fixed_mean), alpha_stddev, hp.epsilon_stddev, per_dim)
+        target.kl_divergence(fixed_mean), alpha_stddev, hp.epsilon_stddev, per_dim, mask)
 
     loss = (nll_mean + nll_stddev + penalty_mean + penalty_stddev
             + temperature_loss + dual_mean + dual_stddev)
@@ -308,7 +355,8 @@ def policy_loss(mean, std, target_mean, target_std, actions, q, duals: Duals, hp
                "stats/temperature": temperature, "stats/alpha_mean": alpha_mean.mean(),
                "stats/alpha_stddev": alpha_stddev.mean(), "stats/kl_weights": kl_weights,
                "stats/kl_mean": kl_mean.sum(), "stats/kl_stddev": kl_stddev.sum(),
-               "stats/policy_std": std.mean()}
+               "stats/policy_std": std.mean(), "stats/penalty_temperature": penalty_temperature,
+               "stats/kl_penalty": kl_penalty}
     return loss, metrics
 
 
@@ -327,7 +375,8 @@ def update_period(config: Config) -> Tuple[int, int]:
 
 METRICS = ("losses/qf_loss", "losses/qf1_values", "losses/actor_loss", "losses/temperature_loss",
            "stats/temperature", "stats/alpha_mean", "stats/alpha_stddev", "stats/kl_weights",
-           "stats/kl_mean", "stats/kl_stddev", "stats/policy_std")
+           "stats/kl_mean", "stats/kl_stddev", "stats/policy_std", "stats/penalty_temperature",
+           "stats/kl_penalty")
 
 
 def make_train(config: Config, hooks=None) -> agent.Train:
@@ -353,7 +402,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         return critic.apply(critic_params, jnp.broadcast_to(obs, (N,) + obs.shape), to_env(actions))
 
     def init(key, hp=None):
-        key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
+        key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
+        pool = env.make_pool(k_pool)  # this seed's own initial states
         hp = hparams(config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
@@ -364,15 +414,18 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             actor_target=actor_params, critic_target=critic_params, duals=duals,
             actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
             dual_opt=dual_tx(hp).init(duals),
-            env_state=jax.vmap(env.reset)(jax.random.split(k_env, E)),
+            env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
+            pool=pool,
             replay=replay.init(rows, E, env.observation_size, A, n_final),
             obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
 
     def actor_tx(hp):
-        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.actor_lr)
+        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm),
+                           optax.inject_hyperparams(optax.adam)(learning_rate=hp.actor_lr))
 
     def critic_tx(hp):
-        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.critic_lr)
+        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm),
+                           optax.inject_hyperparams(optax.adam)(learning_rate=hp.critic_lr))
 
     def dual_tx(hp):
         return optax.inject_hyperparams(optax.adam)(learning_rate=hp.dual_lr)
@@ -405,7 +458,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         def loss(actor_params, duals):
             mean, std = actor.apply(actor_params, obs)
             return policy_loss(mean, std, target_mean, target_std, actions, q_samples, duals, hp,
-                               config.per_dim_constraining)
+                               config.per_dim_constraining, config.action_penalization, batch.mask)
 
         (_, metrics), (actor_grads, dual_grads) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
             state.actor_params, state.duals)
@@ -434,9 +487,10 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         warmup = i * E < config.learning_starts
         action = jnp.where(warmup, random, explore)
 
-        next_state = jax.vmap(env.step)(env_state, action)
+        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
         buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
-                         next_state.terminated, next_state.truncated, next_state.info["final_obs"])
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
+                         ~next_state.info["invalid"])
         state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
 
         def learn(state):
@@ -451,8 +505,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
 
     act = make_act(config, env)
 
-    def evaluate(state: TrainState):
-        return agent.evaluate(env, act, state, lambda o: o, state.eval_key, config.eval_episodes)
+    def evaluate(state: TrainState, chunk):
+        return agent.evaluate(env, act, state, lambda o: o, jax.random.fold_in(state.eval_key, chunk),
+                              config.eval_episodes)
 
     run = agent.make_runner(schedule, iteration, evaluate, hooks)
     return agent.Train(env, schedule, init, run, hooks)

@@ -211,6 +211,7 @@ class TrainState(NamedTuple):
     critic_params: dict
     opt: optax.OptState
     env_state: envs.EnvState
+    pool: envs.Pool           # this seed's initial states (dm_control resets)
     obs_stats: normalize.RunningStats
     return_stats: normalize.RunningStats   # of the discounted return, for normalize_reward
     returns: jnp.ndarray                   # [num_envs] discounted return so far
@@ -229,6 +230,7 @@ class Rollout(NamedTuple):
     reward: jnp.ndarray       # scaled
     terminated: jnp.ndarray
     done: jnp.ndarray         # terminated | truncated
+    valid: jnp.ndarray        # False where the physics diverged: never learned from
 
 
 class Batch(NamedTuple):
@@ -238,6 +240,7 @@ class Batch(NamedTuple):
     value: jnp.ndarray
     advantage: jnp.ndarray
     ret: jnp.ndarray
+    weight: jnp.ndarray       # 1.0, or 0.0 for a diverged step (no policy or value loss)
 
 
 def hparams(config: Config) -> HParams:
@@ -277,17 +280,25 @@ def make_schedule(config: Config) -> agent.Schedule:
     return agent.make_schedule(replace(config, num_envs=rollout), log_every=log_every)
 
 
-def gae(reward, value, next_value, terminated, done, gamma, lam):
+def masked_mean(x, weight):
+    return (weight * x).sum() / jnp.maximum(weight.sum(), 1.0)
+
+
+def gae(reward, value, next_value, terminated, done, gamma, lam, valid=None):
     """Generalised advantage estimation over [T, ...] arrays.
 
     delta_t = r_t + gamma (1 - terminated_t) V(s'_t) - V(s_t), with s'_t the
     true next observation (the final one when the episode ended there), and
     A_t = delta_t + gamma lam (1 - done_t) A_{t+1}, A_T = 0: a truncated step
     still bootstraps from V(s'_t), a terminated one does not, and no trace
-    crosses an episode boundary. Returns (advantages, value targets)."""
+    crosses an episode boundary. A diverged step (valid False; it is also
+    done) gets delta 0, so advantage 0 and value target V(s_t): what it
+    produced reaches no loss. Returns (advantages, value targets)."""
     not_term = 1.0 - terminated.astype(jnp.float32)
     not_done = 1.0 - done.astype(jnp.float32)
     delta = reward + gamma * not_term * next_value - value
+    if valid is not None:
+        delta = jnp.where(valid, delta, 0.0)
 
     def back(acc, x):
         delta, not_done = x
@@ -298,26 +309,29 @@ def gae(reward, value, next_value, terminated, done, gamma, lam):
     return adv, adv + value
 
 
-def policy_loss(log_prob, old_log_prob, advantage, clip_coef):
+def policy_loss(log_prob, old_log_prob, advantage, clip_coef, weight=1.0):
     """Clipped surrogate, -E[min(ratio A, clip(ratio, 1-eps, 1+eps) A)]; also
-    the approximate KL ((ratio - 1) - log ratio) and the clipped fraction."""
+    the approximate KL ((ratio - 1) - log ratio) and the clipped fraction;
+    means over the steps of weight 1."""
+    weight = jnp.broadcast_to(weight, advantage.shape)
     log_ratio = log_prob - old_log_prob
     ratio = jnp.exp(log_ratio)
-    loss = -jnp.minimum(ratio * advantage,
-                        jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef) * advantage).mean()
-    approx_kl = ((ratio - 1) - log_ratio).mean()
-    clipfrac = (jnp.abs(ratio - 1) > clip_coef).astype(jnp.float32).mean()
+    loss = -masked_mean(jnp.minimum(ratio * advantage,
+                                    jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef) * advantage), weight)
+    approx_kl = masked_mean((ratio - 1) - log_ratio, weight)
+    clipfrac = masked_mean((jnp.abs(ratio - 1) > clip_coef).astype(jnp.float32), weight)
     return loss, (jax.lax.stop_gradient(approx_kl), jax.lax.stop_gradient(clipfrac))
 
 
-def value_loss(value, old_value, ret, clip_coef, clip: bool):
+def value_loss(value, old_value, ret, clip_coef, clip: bool, weight=1.0):
     """0.5 x squared error; with `clip`, the larger of the errors of the new
-    value and of the old one moved at most clip_coef toward it."""
+    value and of the old one moved at most clip_coef toward it; mean over the
+    steps of weight 1."""
     err = (value - ret) ** 2
     if clip:
         clipped = old_value + jnp.clip(value - old_value, -clip_coef, clip_coef)
         err = jnp.maximum(err, (clipped - ret) ** 2)
-    return 0.5 * err.mean()
+    return 0.5 * masked_mean(err, jnp.broadcast_to(weight, err.shape))
 
 
 def make_train(config: Config, hooks=None) -> agent.Train:
@@ -341,7 +355,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.scale_by_adam(eps=1e-5))
 
     def init(key, hp=None):
-        key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
+        key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
+        pool = env.make_pool(k_pool)  # this seed's own initial states
         hp = hparams(config) if hp is None else hp
         dummy_obs = jnp.zeros(D)
         actor_params = actor.init(k_actor, dummy_obs)
@@ -350,7 +365,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         return TrainState(
             actor_params=actor_params, critic_params=critic_params,
             opt=tx(hp).init((actor_params, critic_params)),
-            env_state=jax.vmap(env.reset)(jax.random.split(k_env, E)),
+            env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
+            pool=pool,
             obs_stats=normalize.init(D), return_stats=normalize.init(1),
             returns=jnp.zeros(E, jnp.float32), hp=hp, key=key, eval_key=k_eval)
 
@@ -366,7 +382,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
             log_prob = gaussian_log_prob(action, mean, log_std)
             value = critic.apply(state.critic_params, obs)
-            next_state = jax.vmap(env.step)(env_state, to_env(action))
+            next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, to_env(action), state.pool)
             next_value = critic.apply(state.critic_params, obs_in(stats, next_state.info["final_obs"]))
             done = next_state.terminated | next_state.truncated
             reward = next_state.reward
@@ -377,7 +393,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
                 returns = jnp.where(done, 0.0, returns)
             new_stats = normalize.update(new_stats, env_state.obs) if config.normalize_obs else new_stats
             data = Rollout(obs, action, log_prob, value, next_value, reward * hp.reward_scaling,
-                           next_state.terminated, done)
+                           next_state.terminated, done, ~next_state.info["invalid"])
             return (next_state, return_stats, returns, new_stats), (data, agent.episode_metrics(next_state))
 
         carry = (state.env_state, state.return_stats, state.returns, stats)
@@ -391,11 +407,13 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         mean, log_std = actor.apply(actor_params, mb.obs)
         log_prob = gaussian_log_prob(mb.action, mean, log_std)
         adv = mb.advantage
-        if config.norm_adv:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss, (approx_kl, clipfrac) = policy_loss(log_prob, mb.log_prob, adv, hp.clip_coef)
+        if config.norm_adv:  # statistics of the valid steps
+            mean = masked_mean(adv, mb.weight)
+            adv = (adv - mean) / (jnp.sqrt(masked_mean((adv - mean) ** 2, mb.weight)) + 1e-8)
+        pg_loss, (approx_kl, clipfrac) = policy_loss(log_prob, mb.log_prob, adv, hp.clip_coef,
+                                                     mb.weight)
         v_loss = value_loss(critic.apply(critic_params, mb.obs), mb.value, mb.ret, hp.clip_coef,
-                            config.clip_vloss)
+                            config.clip_vloss, mb.weight)
         entropy = gaussian_entropy(log_std).mean()
         loss = pg_loss - hp.ent_coef * entropy + hp.vf_coef * v_loss
         return loss, {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss,
@@ -429,10 +447,10 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         key, k_rollout, k_learn = jax.random.split(state.key, 3)
         state, data, new_stats, episodes = rollout(state._replace(key=key), k_rollout)
         adv, ret = gae(data.reward, data.value, data.next_value, data.terminated, data.done,
-                       hp.gamma, hp.gae_lambda)
+                       hp.gamma, hp.gae_lambda, data.valid)
         flat = lambda x: x.reshape(N, *x.shape[2:])
         batch = Batch(flat(data.obs), flat(data.action), flat(data.log_prob), flat(data.value),
-                      flat(adv), flat(ret))
+                      flat(adv), flat(ret), flat(data.valid.astype(jnp.float32)))
         frac = 1.0 - i.astype(jnp.float32) / num_iterations if config.anneal_lr else 1.0
         lr = hp.learning_rate * frac
         state, metrics = learn(state, batch, k_learn, lr)
@@ -448,8 +466,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
 
     act = make_act(config, env)
 
-    def evaluate(state: TrainState):
-        return agent.evaluate(env, act, state, lambda o: o, state.eval_key, config.eval_episodes)
+    def evaluate(state: TrainState, chunk):
+        return agent.evaluate(env, act, state, lambda o: o, jax.random.fold_in(state.eval_key, chunk),
+                              config.eval_episodes)
 
     run = agent.make_runner(schedule, iteration, evaluate, hooks)
     return agent.Train(env, schedule, init, run, hooks)

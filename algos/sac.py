@@ -179,6 +179,7 @@ class TrainState(NamedTuple):
     critic_opt: optax.OptState
     alpha_opt: optax.OptState
     env_state: envs.EnvState
+    pool: envs.Pool           # this seed's initial states (dm_control resets)
     replay: replay.Replay
     obs_stats: normalize.RunningStats
     hp: HParams
@@ -211,12 +212,12 @@ def soft_td_target(reward, discount, twin_next_q, next_log_prob, alpha):
     return reward + discount * (twin_next_q.min(0) - alpha * next_log_prob)
 
 
-def alpha_loss(log_alpha, log_prob, target_entropy):
+def alpha_loss(log_alpha, log_prob, target_entropy, mask=1.0):
     """Temperature loss of arXiv:1812.05905 eq. 18 on log alpha. Its gradient
     -E[log pi + target] = entropy - target is positive (alpha falls) while the
     policy's entropy -E[log pi] is above the target and negative (alpha rises)
     while below it."""
-    return -(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy)).mean()
+    return -(mask * log_alpha * jax.lax.stop_gradient(log_prob + target_entropy)).mean()
 
 
 def update_period(config: Config) -> Tuple[int, int]:
@@ -255,7 +256,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         return squashed_gaussian(*actor.apply(params, obs)).sample_and_log_prob(seed=key)
 
     def init(key, hp=None):
-        key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
+        key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
+        pool = env.make_pool(k_pool)  # this seed's own initial states
         hp = hparams(config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
@@ -266,7 +268,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             log_alpha=log_alpha,
             actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
             alpha_opt=alpha_tx(hp).init(log_alpha),
-            env_state=jax.vmap(env.reset)(jax.random.split(k_env, E)),
+            env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
+            pool=pool,
             replay=replay.init(rows, E, env.observation_size, A, n_final),
             obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
 
@@ -304,14 +307,14 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         def actor_loss(params):
             action, log_prob = policy_sample(params, obs, k_pi)
             q_pi = critic.apply(critic_params, obs, to_env(action)).min(0)
-            return (alpha * log_prob - q_pi).mean(), log_prob
+            return (batch.mask * (alpha * log_prob - q_pi)).mean(), log_prob
 
         (pi_loss, log_prob), grads = jax.value_and_grad(actor_loss, has_aux=True)(state.actor_params)
         updates, actor_opt = actor_tx(hp).update(grads, state.actor_opt, state.actor_params)
         actor_params = optax.apply_updates(state.actor_params, updates)
 
         a_loss, grad = jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob,
-                                                      hp.target_entropy_per_dim * A)
+                                                      hp.target_entropy_per_dim * A, batch.mask)
         updates, alpha_opt = alpha_tx(hp).update(grad, state.alpha_opt, state.log_alpha)
         log_alpha = optax.apply_updates(state.log_alpha, updates) if config.autotune else state.log_alpha
 
@@ -336,9 +339,10 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         warmup = i * E < config.learning_starts
         action = jnp.where(warmup, random, explore)
 
-        next_state = jax.vmap(env.step)(env_state, action)
+        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
         buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
-                         next_state.terminated, next_state.truncated, next_state.info["final_obs"])
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
+                         ~next_state.info["invalid"])
         state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
 
         def learn(state):
@@ -354,8 +358,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
 
     act = make_act(config, env)
 
-    def evaluate(state: TrainState):
-        return agent.evaluate(env, act, state, lambda o: o, state.eval_key, config.eval_episodes)
+    def evaluate(state: TrainState, chunk):
+        return agent.evaluate(env, act, state, lambda o: o, jax.random.fold_in(state.eval_key, chunk),
+                              config.eval_episodes)
 
     run = agent.make_runner(schedule, iteration, evaluate, hooks)
     return agent.Train(env, schedule, init, run, hooks)

@@ -153,6 +153,7 @@ class TrainState(NamedTuple):
     actor_opt: optax.OptState
     critic_opt: optax.OptState
     env_state: envs.EnvState
+    pool: envs.Pool           # this seed's initial states (dm_control resets)
     replay: replay.Replay
     obs_stats: normalize.RunningStats
     hp: HParams
@@ -226,7 +227,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
     obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
 
     def init(key, hp=None):
-        key, k_actor, k_critic, k_env, k_eval = jax.random.split(key, 5)
+        key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
+        pool = env.make_pool(k_pool)  # this seed's own initial states
         hp = hparams(config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
@@ -235,7 +237,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             actor_params=actor_params, critic_params=critic_params,
             actor_target=actor_params, critic_target=critic_params,
             actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
-            env_state=jax.vmap(env.reset)(jax.random.split(k_env, E)),
+            env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
+            pool=pool,
             replay=replay.init(rows, E, env.observation_size, A, n_final),
             obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
 
@@ -270,7 +273,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         def actor_step(state):
             def actor_loss(params):
                 action = to_env(actor.apply(params, obs))
-                return -critic.apply(state.critic_params, obs, action)[0].mean()
+                return -(batch.mask * critic.apply(state.critic_params, obs, action)[0]).mean()
 
             loss, grads = jax.value_and_grad(actor_loss)(state.actor_params)
             updates, actor_opt = actor_tx(hp).update(grads, state.actor_opt, state.actor_params)
@@ -285,8 +288,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         # env states among its operands XLA copied them on every update.
         nets, actor_loss = jax.lax.cond(
             u % config.policy_delay == 0, actor_step,
-            lambda s: (s, jnp.full((), jnp.nan, jnp.float32)), state._replace(env_state=None, replay=None))
-        state = nets._replace(env_state=state.env_state, replay=state.replay)
+            lambda s: (s, jnp.full((), jnp.nan, jnp.float32)),
+            state._replace(env_state=None, pool=None, replay=None))
+        state = nets._replace(env_state=state.env_state, pool=state.pool, replay=state.replay)
         return state, {"losses/qf_loss": qf_loss / 2, "losses/actor_loss": actor_loss,
                        "losses/qf1_values": q[0].mean()}
 
@@ -304,9 +308,10 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         warmup = i * E < config.learning_starts
         action = jnp.where(warmup, random, explore)
 
-        next_state = jax.vmap(env.step)(env_state, action)
+        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
         buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
-                         next_state.terminated, next_state.truncated, next_state.info["final_obs"])
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
+                         ~next_state.info["invalid"])
         state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
 
         def learn(state):
@@ -321,8 +326,9 @@ def make_train(config: Config, hooks=None) -> agent.Train:
 
     act = make_act(config, env)
 
-    def evaluate(state: TrainState):
-        return agent.evaluate(env, act, state, lambda o: o, state.eval_key, config.eval_episodes)
+    def evaluate(state: TrainState, chunk):
+        return agent.evaluate(env, act, state, lambda o: o, jax.random.fold_in(state.eval_key, chunk),
+                              config.eval_episodes)
 
     run = agent.make_runner(schedule, iteration, evaluate, hooks)
     return agent.Train(env, schedule, init, run, hooks)

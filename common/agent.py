@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
 
@@ -114,7 +115,8 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
 
     iteration(state, i) -> (state, metrics) with i the global iteration index
     (unbatched under vmap, so conds on it stay real branches).
-    evaluate(state) -> mean evaluation return.
+    evaluate(state, chunk) -> mean evaluation return (episodes drawn anew
+    for each chunk, from held-out initial states).
     history holds one scalar per chunk and metric (bounded by the number of
     chunks, never per env step).
     `member` (optional): this member's global index among all vmapped and
@@ -141,7 +143,7 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
             last = c == schedule.num_chunks - 1
             is_eval = last | ((schedule.eval_every > 0) & ((c + 1) % max(schedule.eval_every, 1) == 0))
             metrics["eval/episode_return"] = jax.lax.cond(
-                is_eval, evaluate, lambda s: jnp.full((), jnp.nan, jnp.float32), state)
+                is_eval, evaluate, lambda s, c: jnp.full((), jnp.nan, jnp.float32), state, c)
             if hooks is not None:
                 step = (c + 1) * schedule.steps_per_chunk
                 token = token + host_call(hooks.log, step, metrics, *extra)
@@ -165,16 +167,18 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
 
 
 def evaluate(env, act: Callable, params, obs_transform: Callable, key: jax.Array,
-             episodes: int) -> jnp.ndarray:
+             episodes: int, pool=None) -> jnp.ndarray:
     """Mean return of `episodes` full episodes of the deterministic policy,
-    run in parallel from fixed reset keys."""
+    run in parallel, from initial states that `key` draws from `pool`
+    (default: the env's held-out `eval_pool`, which no training run uses)."""
+    pool = env.eval_pool if pool is None else pool
     keys = jax.random.split(key, episodes)
-    state = jax.vmap(env.reset)(keys)
+    state = jax.vmap(env.reset, in_axes=(0, None))(keys, pool)
 
     def step(carry, _):
         state, total = carry
         action = jax.vmap(lambda o: act(params, obs_transform(o), None, True))(state.obs)
-        state = jax.vmap(env.step)(state, action)
+        state = jax.vmap(env.step, in_axes=(0, 0, None))(state, action, pool)
         return (state, total + state.reward), None
 
     (_, total), _ = jax.lax.scan(step, (state, jnp.zeros(episodes)), None, length=env.episode_length)
@@ -194,6 +198,61 @@ def check_memory(nbytes: int, what: str) -> None:
                         f"is available on {where}; lower --buffer-size, --num-envs or --num-seeds")
 
 
+def seed_keys(seed: int, num_seeds: int) -> np.ndarray:
+    """Member m of `--seed s --num-seeds N` runs with PRNGKey(s + m), so it is
+    the very run `--seed s+m` would be alone (a 4-seed run is 4 single runs)."""
+    return np.stack([np.asarray(jax.random.PRNGKey(seed + m)) for m in range(num_seeds)])
+
+
+STALL_VAR = "RL_STALL_TIMEOUT"
+
+
+def stall_timeout() -> float:
+    """Seconds without any host call (physics step, log, checkpoint) after
+    which a started run counts as stuck ($RL_STALL_TIMEOUT, default 1200)."""
+    try:
+        return float(os.environ.get(STALL_VAR, "1200"))
+    except ValueError:
+        raise UserError(f"${STALL_VAR} must be a number of seconds, got {os.environ[STALL_VAR]!r}")
+
+
+class Watchdog:
+    """While the compiled run executes, checks that it keeps calling the host
+    (common/hostcall heartbeats: every native physics step, every chunk's log)
+    and calls on_stall(idle_seconds) once when it has not for `timeout`
+    seconds. It arms at the first host call, so compilation never counts."""
+
+    def __init__(self, timeout: float, on_stall: Callable[[float], None], poll: float = 5.0):
+        from common import hostcall
+        self.timeout, self.on_stall, self.poll, self.hostcall = timeout, on_stall, poll, hostcall
+        self.stop = threading.Event()
+
+    def _watch(self) -> None:
+        start = time.monotonic()
+        while not self.stop.wait(min(self.poll, self.timeout)):
+            last = self.hostcall.last_call()
+            if last > start and time.monotonic() - last > self.timeout:
+                self.on_stall(time.monotonic() - last)
+                return
+
+    def __enter__(self):
+        if self.timeout > 0:
+            threading.Thread(target=self._watch, daemon=True, name="watchdog").start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+
+
+def _stalled(idle: float, ckpt_path: str) -> None:
+    saved = f"its last checkpoint is {ckpt_path}" if os.path.exists(ckpt_path) else \
+        "no checkpoint was written"
+    print(f"\nerror: the run made no progress for {idle:.0f} s (no physics step, log or checkpoint) "
+          f"and is stopped instead of hanging; {saved} (${STALL_VAR} sets the limit)",
+          file=sys.stderr, flush=True)
+    os._exit(3)
+
+
 def cli_main(algo: str, config_cls, make_train: Callable, argv=None,
              sweep_specs: Optional[Sequence[str]] = None) -> Any:
     """Parse, check, train, log, checkpoint, resume. `sweep_specs`
@@ -204,6 +263,7 @@ def cli_main(algo: str, config_cls, make_train: Callable, argv=None,
     from common import envs, parallel, sweep
     module = sys.modules[make_train.__module__]
     config = tyro.cli(config_cls, args=argv, description=module.__doc__)
+    getattr(module, "validate", lambda c: None)(config)  # sizes first: one line, before any work
     parallel.initialize_distributed()
     envs.resolve_backend(config.backend)
     if config.env not in envs.names():
@@ -236,8 +296,7 @@ def cli_main(algo: str, config_cls, make_train: Callable, argv=None,
           f"{trainer.schedule.total_steps} env steps each; {num_members} member(s) on {devices} "
           f"device(s), about {estimate['total'] / 2**20:.1f} MiB of state")
 
-    seed_keys = jax.random.split(jax.random.PRNGKey(config.seed), config.num_seeds)
-    keys = np.tile(np.asarray(seed_keys), (num_members // config.num_seeds, 1))
+    keys = np.tile(seed_keys(config.seed, config.num_seeds), (num_members // config.num_seeds, 1))
     init, run = parallel.compile_members(trainer, mesh)
     start_chunk = 0
     if header is not None:
@@ -282,8 +341,9 @@ def cli_main(algo: str, config_cls, make_train: Callable, argv=None,
             states = parallel.put(states, mesh)
         t0 = time.time()
         members = parallel.put(np.arange(num_members, dtype=np.int32), mesh)
-        states, history = run(states, start_chunk, members)
-        jax.block_until_ready(states)
+        with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)):
+            states, history = run(states, start_chunk, members)
+            jax.block_until_ready(states)
     except BaseException:
         logger.close()
         if created and header is None and not os.path.exists(ckpt_path):

@@ -1,8 +1,8 @@
 """Live logs from inside the compiled run.
 
 `host_call` sends arrays to a Python function once per execution for the
-whole vmapped batch (seeds, sweep members): JAX's debug callbacks would call
-it once per batch element instead. Sharded over several devices, each device
+whole vmapped batch (seeds, sweep members), as numpy arrays (common/hostcall):
+JAX's debug callbacks would call it once per batch element instead. Sharded over several devices, each device
 calls it with its own shard (common/parallel.Gather reassembles them). The
 returned int32 token must be consumed (added to a counter in the carry) so
 XLA keeps the call.
@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common import hostcall
+
 
 def host_call(fn: Callable[..., None], *args) -> jnp.ndarray:
     """Run fn(lead_shape, *numpy_args) on the host; returns a token (0)."""
@@ -34,8 +36,7 @@ def host_call(fn: Callable[..., None], *args) -> jnp.ndarray:
         fn(probe.shape, *a)
         return np.zeros(probe.shape, np.int32)
 
-    return jax.pure_callback(host, jax.ShapeDtypeStruct((), jnp.int32), probe, *args,
-                             vmap_method="broadcast_all")
+    return hostcall.call(host, jax.ShapeDtypeStruct((), jnp.int32), probe, *args)
 
 
 def run_name(env: str, algo: str, seed: int) -> str:

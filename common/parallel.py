@@ -15,6 +15,20 @@ environment (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID);
 the mesh then spans the devices of every process. Each process sees (logs,
 checkpoints) only the members on its own devices.
 
+Why several devices cannot deadlock in their host calls: each device's
+program calls the host on that device's own thread (a CPU device's XLA
+worker thread; on a GPU, the thread serving that device's stream), and no
+host function ever waits for a device or for another device's call. The
+callbacks take numpy views of the buffers XLA hands them (common/hostcall:
+`jax.pure_callback` would first device_put them onto CPU device 0, which on
+forced CPU devices is itself busy in a callback: that was the hang); the
+physics callback only holds its own lock while MuJoCo steps; `Gather` only
+appends a copy under a short lock, and the last shard to arrive runs the
+log or checkpoint on the numpy arrays. So every callback returns after a
+bounded amount of host work whatever the other devices do. The same holds
+on GPUs, where the buffers are copied to the host before the call. A run
+that stops calling the host anyway is ended by common/agent.Watchdog.
+
 `estimate_memory` / `check_fits` refuse, before anything compiles, a run
 whose states (replay buffers, env states, parameters, optimiser states, ...)
 cannot fit: the estimate is read off the agent's own state shapes.

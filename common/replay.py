@@ -10,6 +10,10 @@ windows that stop at episode ends:
 
 where m <= n is cut at the first terminated or truncated step, and s_{t+m}
 is that episode's true final observation when the window was cut.
+
+A step whose physics diverged (`valid` False) is never learned from: a window
+that starts there has mask 0, and a window that reaches it stops just before
+it, bootstrapping from the (real) observation that step started from.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ class Replay(NamedTuple):
     reward: jnp.ndarray       # [C, E]
     terminated: jnp.ndarray   # [C, E] bool
     truncated: jnp.ndarray    # [C, E] bool
+    valid: jnp.ndarray        # [C, E] bool: False where the physics diverged
     final_slot: jnp.ndarray   # [C, E] int32: side-store slot of a row that ended an episode
     final_obs: jnp.ndarray    # [F, E, D] true final observations
     final_row: jnp.ndarray    # [F, E] int32: the row each slot belongs to (-1: empty)
@@ -39,7 +44,7 @@ class Batch(NamedTuple):
     reward: jnp.ndarray       # n-step discounted return
     discount: jnp.ndarray     # gamma^m, or 0 after a termination
     next_obs: jnp.ndarray     # s_{t+m}
-    mask: jnp.ndarray         # 1.0, or 0.0 where a final observation was overwritten
+    mask: jnp.ndarray         # 1.0, or 0.0 for an invalid step or an overwritten final observation
 
 
 def final_slots(rows: int, episode_length: int) -> int:
@@ -56,6 +61,7 @@ def init(rows: int, num_envs: int, obs_size: int, action_size: int, num_final: i
         reward=jnp.zeros((C, E), jnp.float32),
         terminated=jnp.zeros((C, E), bool),
         truncated=jnp.zeros((C, E), bool),
+        valid=jnp.zeros((C, E), bool),
         final_slot=jnp.zeros((C, E), jnp.int32),
         final_obs=jnp.zeros((F, E, obs_size), jnp.float32),
         final_row=jnp.full((F, E), -1, jnp.int32),
@@ -66,12 +72,13 @@ def init(rows: int, num_envs: int, obs_size: int, action_size: int, num_final: i
 
 
 def nbytes(rows: int, num_envs: int, obs_size: int, action_size: int, num_final: int) -> int:
-    per_row = num_envs * (4 * (obs_size + action_size + 1) + 2 + 4)
+    per_row = num_envs * (4 * (obs_size + action_size + 1) + 3 + 4)
     return rows * per_row + num_final * num_envs * (4 * obs_size + 4)
 
 
-def add(buf: Replay, obs, action, reward, terminated, truncated, final_obs) -> Replay:
-    """Write one step of every env (arrays with leading dim E) at row `pos`."""
+def add(buf: Replay, obs, action, reward, terminated, truncated, final_obs, valid) -> Replay:
+    """Write one step of every env (arrays with leading dim E) at row `pos`;
+    `valid` is False where the step's physics diverged (env info["invalid"])."""
     p = buf.pos
     E = obs.shape[0]
     envs = jnp.arange(E)
@@ -84,6 +91,7 @@ def add(buf: Replay, obs, action, reward, terminated, truncated, final_obs) -> R
         reward=buf.reward.at[p].set(reward),
         terminated=buf.terminated.at[p].set(terminated),
         truncated=buf.truncated.at[p].set(truncated),
+        valid=buf.valid.at[p].set(valid),
         final_slot=buf.final_slot.at[p].set(slot),
         final_obs=buf.final_obs.at[slot, envs].set(keep(final_obs, buf.final_obs[slot, envs])),
         final_row=buf.final_row.at[slot, envs].set(keep(jnp.full((E,), p), buf.final_row[slot, envs])),
@@ -120,8 +128,11 @@ def sample(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> 
     r = buf.reward[rows, e[:, None]]
     term = buf.terminated[rows, e[:, None]]
     done = term | buf.truncated[rows, e[:, None]]
-    # alive[k]: no episode end among steps t..t+k-1, so step k counts
-    alive = jnp.cumprod(jnp.concatenate([jnp.ones((batch_size, 1), bool), ~done[:, :-1]], 1), 1)
+    valid = buf.valid[rows, e[:, None]]
+    # alive[k]: no episode end among steps t..t+k-1 and step k valid, so it
+    # counts (step 0 always counts; an invalid one is masked out below)
+    go_on = ~done[:, :-1] & valid[:, 1:]
+    alive = jnp.cumprod(jnp.concatenate([jnp.ones((batch_size, 1), bool), go_on], 1), 1)
     gammas = gamma ** jnp.arange(n_step, dtype=jnp.float32)
     ret = jnp.sum(alive * gammas * r, axis=1)
     m = jnp.sum(alive, axis=1)                                       # steps counted, 1..n
@@ -131,5 +142,5 @@ def sample(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> 
     next_obs = jnp.where(cut[:, None], buf.final_obs[slot, e], buf.obs[(t + m) % C, e])
     terminal = term[jnp.arange(batch_size), m - 1]
     discount = jnp.where(terminal, 0.0, gamma ** m.astype(jnp.float32))
-    mask = jnp.where(cut, buf.final_row[slot, e] == last, True).astype(jnp.float32)
+    mask = (jnp.where(cut, buf.final_row[slot, e] == last, True) & valid[:, 0]).astype(jnp.float32)
     return Batch(buf.obs[t, e], buf.action[t, e], ret, discount, next_obs, mask)

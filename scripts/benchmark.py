@@ -336,6 +336,9 @@ def full_mode(out: str, quick: bool, jobs: int = 2) -> int:
         print(_table_of(r.stdout) + f"\n({time.time() - t0:.0f}s)", flush=True)
     print("== learn", flush=True)
     rows = bench_learn.learn_mode(out, quick, jobs=jobs)
+    print("== standard", flush=True)
+    import bench_standard
+    bench_standard.standard_mode(os.path.join(out, "standard") if quick else bench_standard.RESULTS, jobs, quick)
     figures = bench_learn.plots(rows, out)
     report = os.path.join(out, "results.md")
     with open(report, "w") as fh:
@@ -380,6 +383,11 @@ def _report(out: str, rows, figures, quick: bool) -> str:
         if fig.endswith(".png"):
             parts += [f"![{os.path.basename(fig)}]({os.path.relpath(fig, out)})", ""]
     return "\n".join(parts)
+
+
+def bench_standard_doc() -> str:
+    import bench_standard
+    return bench_standard.__doc__
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -438,6 +446,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     f.add_argument("--quick", action="store_true", help="smoke check of every part (a few minutes)")
     f.add_argument("--jobs", type=int, default=bench_learn.JOBS,
                    help="learning runs at a time, each pinned to its own core")
+    st = modes.add_parser("standard", help="every agent at 100k env steps (PPO at equal wall-clock) on "
+                          "walker_walk and cheetah_run, beside published values; resumable",
+                          description=bench_standard_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    st.add_argument("--out", default=None, help="result JSONs, table and figure (default docs/results/standard)")
+    st.add_argument("--jobs", type=int, default=bench_learn.JOBS, help="runs at a time, each pinned to its own core")
+    st.add_argument("--algos", nargs="+", default=None)
+    st.add_argument("--tasks", nargs="+", default=None)
+    st.add_argument("--quick", action="store_true", help="smoke check: td3 and ppo, tiny, cartpole_balance")
+    st.add_argument("--report-only", action="store_true", help="table and figure from the JSONs there, no runs")
     args = p.parse_args(argv)
     if getattr(args, "jobs", 1) < 1:
         raise UserError("--jobs must be positive")
@@ -455,6 +472,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.mode == "full":
         return full_mode(args.out, args.quick, args.jobs)
+    if args.mode == "standard":
+        import bench_standard
+        out = args.out or (os.path.join("bench", "standard") if args.quick else bench_standard.RESULTS)
+        if args.report_only:
+            bench_standard.write_report(bench_standard.load_results(out), out)
+        else:
+            bench_standard.standard_mode(out, args.jobs, args.quick, algos=args.algos, tasks=args.tasks)
+        return 0
 
     if args.mode == "train":
         import bench_train

@@ -207,8 +207,8 @@ def _compare_task(name, program):
     actions = rng.uniform(nat.action_low, nat.action_high, (T, B, nat.action_size)).astype(np.float32)
 
     # Native free-running trajectories from dm_control resets, rounded.
-    rows0 = _round32(mj, decode(np.asarray(nat._pool_bits[:B])))
-    task = np.asarray(nat._pool_task[:B])
+    rows0 = _round32(mj, envs._initial_pool(name, nat.pool_size, nat.pool_seed)[0][:B])
+    task = np.asarray(nat.pool.task[:B])
     rows, free_flat, nat_bad = [rows0], [], []
     bits = jnp.asarray(encode(rows0))
     for t in range(T - 1):
@@ -428,7 +428,7 @@ def test_api_under_jit_and_nested_vmap():
     info = dict(s1.info, episode_length=jnp.full((2, 2), env.episode_length - 1, jnp.int32))
     s2 = step(s1._replace(info=info), a)
     assert np.asarray(s2.truncated).all() and not np.asarray(s2.terminated).any()
-    pool_obs = np.asarray(env._pool_obs)
+    pool_obs = np.asarray(env.pool.obs)
     obs2 = np.asarray(s2.obs).reshape(-1, env.observation_size)
     assert all((pool_obs == o).all(-1).any() for o in obs2)
     assert np.isfinite(np.asarray(s2.info["final_obs"])).all()

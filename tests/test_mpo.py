@@ -121,6 +121,71 @@ def test_temperature_dual_converges_to_the_kl_bound():
     np.testing.assert_allclose(kl, 0.1, rtol=0.05)
 
 
+def test_action_cost_is_zero_inside_the_bounds_and_the_distance_outside():
+    a = jnp.array([[[0.5, -1.0], [1.5, 0.0], [2.0, -3.0]]])           # [N=1, B=3, A=2]
+    np.testing.assert_allclose(mpo.action_cost(a), [[0.0, -0.5, -np.sqrt(1 + 4)]], rtol=1e-6)
+
+
+def _penalized(actions, penalty_param, eps_penalty=1e-3, penalize=True):
+    hp = mpo.hparams(dataclasses.replace(TINY, epsilon_penalty=eps_penalty))
+    B, A = actions.shape[1:]
+    duals = mpo.init_duals(hp, A)._replace(penalty_temperature=penalty_param)
+    q = jnp.zeros(actions.shape[:2])                  # Q says nothing: only the penalty ranks actions
+    mean, std = jnp.zeros((B, A)), jnp.ones((B, A))
+    return lambda duals: mpo.policy_loss(mean, std, mean, std, actions, q, duals, hp, True, penalize), duals
+
+
+def test_penalty_dual_gradient_is_epsilon_penalty_minus_its_kl():
+    """Like the temperature: d loss / d eta_penalty = epsilon_penalty - KL of
+    the penalty weights, so the penalty temperature falls (sharper weights)
+    while those weights are within the bound and rises while beyond it."""
+    actions = jax.random.normal(jax.random.PRNGKey(4), (20, 16, 2)) * 2.0   # many out of bounds
+    param = mpo.inverse_positive(jnp.float32(1.0))
+    loss, duals = _penalized(actions, param)
+    grads, metrics = jax.grad(loss, has_aux=True)(duals)
+    kl = float(metrics["stats/kl_penalty"])
+    eta_slope = float(jax.nn.sigmoid(param))          # d softplus(param) / d param
+    np.testing.assert_allclose(float(grads.penalty_temperature), (1e-3 - kl) * eta_slope, rtol=1e-4, atol=1e-7)
+    assert kl > 1e-3 and float(grads.penalty_temperature) < 0     # beyond the bound: eta rises
+    # without penalization the penalty dual gets no gradient and no weight
+    off, _ = _penalized(actions, param, penalize=False)
+    g_off, m_off = jax.grad(off, has_aux=True)(duals)
+    assert float(g_off.penalty_temperature) == 0.0 and float(m_off["stats/kl_penalty"]) == 0.0
+
+
+def test_penalty_dual_converges_to_its_bound_and_moves_the_mean_inside():
+    """Adam on the penalty temperature alone brings the penalty weights' KL to
+    epsilon_penalty; with those weights the M-step pulls a mean that sits
+    beyond the bound back toward it."""
+    actions = 1.5 + jax.random.normal(jax.random.PRNGKey(5), (20, 32, 1))
+    eps = 0.05
+    loss, duals = _penalized(actions, mpo.inverse_positive(jnp.float32(10.0)), eps)
+    tx = optax.adam(0.05)
+
+    def step(carry, _):
+        param, opt = carry
+        g = jax.grad(lambda p: loss(duals._replace(penalty_temperature=p))[0])(param)
+        updates, opt = tx.update(g, opt)
+        return (optax.apply_updates(param, updates), opt), None
+
+    (param, _), _ = jax.lax.scan(step, (duals.penalty_temperature, tx.init(duals.penalty_temperature)),
+                                 None, length=1000)
+    _, metrics = loss(duals._replace(penalty_temperature=param))
+    np.testing.assert_allclose(float(metrics["stats/kl_penalty"]), eps, rtol=0.05)
+    # the weighted M-step target: actions beyond +1 get less weight than those inside
+    w = jax.nn.softmax(mpo.action_cost(actions) / mpo.positive(param), axis=0)
+    assert float((w * actions[..., 0]).sum(0).mean()) < float(actions.mean())
+
+
+def test_default_config_trains_the_penalty_dual(tiny_run):
+    """TINY keeps the defaults: penalization on, so its temperature moves."""
+    assert TINY.action_penalization and mpo.Config().action_penalization
+    start = float(mpo.positive(mpo.inverse_positive(jnp.float32(TINY.init_temperature))))
+    final = np.asarray(mpo.positive(tiny_run["final"].duals.penalty_temperature))
+    assert np.isfinite(tiny_run["history"]["stats/kl_penalty"][:, -1]).all()
+    assert (np.abs(final - start) > 1e-3).all(), final
+
+
 # --------------------------------------------------------------------- M-step
 
 def _m_step(init_alpha, dual_lr, per_dim=True, steps=6000, B=16, A=2, N=20):
@@ -188,7 +253,7 @@ def test_duals_stay_positive_per_dimension():
     np.testing.assert_allclose(mpo.positive(duals.alpha_stddev), TINY.init_alpha_stddev, rtol=1e-6)
     assert mpo.init_duals(hp, 1).alpha_mean.shape == (1,)
     # far below zero the projection keeps them positive
-    low = mpo.project_duals(mpo.Duals(jnp.float32(-1e3), -1e3 * jnp.ones(3), jnp.ones(3)))
+    low = mpo.project_duals(mpo.Duals(jnp.float32(-1e3), -1e3 * jnp.ones(3), jnp.ones(3), jnp.float32(-1e3)))
     assert float(low.temperature) == mpo.MIN_DUAL_PARAM and (mpo.positive(low.alpha_mean) > 0).all()
 
 

@@ -12,13 +12,14 @@ ADD = jax.jit(replay.add)
 
 
 def _fill(steps, num_envs=1, rows=16, obs_size=1):
-    """steps: list of (obs, reward, terminated, truncated, final_obs) per env-0 step."""
+    """steps: list of (obs, reward, terminated, truncated, final_obs[, valid]) per env-0 step."""
     buf = replay.init(rows, num_envs, obs_size, 1, replay.final_slots(rows, 4))
-    for obs, r, term, trunc, fin in steps:
+    for obs, r, term, trunc, fin, *valid in steps:
         o = jnp.full((num_envs, obs_size), obs, jnp.float32)
         buf = ADD(buf, o, jnp.zeros((num_envs, 1)), jnp.full((num_envs,), r, jnp.float32),
                          jnp.full((num_envs,), term), jnp.full((num_envs,), trunc),
-                         jnp.full((num_envs, obs_size), fin, jnp.float32))
+                         jnp.full((num_envs, obs_size), fin, jnp.float32),
+                         jnp.full((num_envs,), valid[0] if valid else True))
     return buf
 
 
@@ -39,6 +40,27 @@ STEPS = [(0, 1.0, False, False, 1), (1, 2.0, False, False, 2), (2, 3.0, False, T
          (10, 4.0, False, False, 11), (11, 5.0, True, False, 111),
          (20, 6.0, False, False, 21), (21, 7.0, False, False, 22), (22, 8.0, False, False, 23),
          (23, 9.0, False, False, 24)]
+
+
+# A diverged step at obs 3 (the env marks it invalid, reward 0, truncated,
+# "final obs" 3 again) inside an episode 0..3, then a reset to 10, 11, 12, 13.
+DIVERGED = [(0, 1.0, False, False, 1), (1, 2.0, False, False, 2), (2, 3.0, False, False, 3),
+            (3, 0.0, False, True, 3, False),
+            (10, 4.0, False, False, 11), (11, 5.0, False, False, 12), (12, 6.0, False, False, 13),
+            (13, 7.0, False, False, 14)]
+
+
+def test_invalid_steps_are_masked_and_windows_stop_before_them():
+    s = _sample_all(_fill(DIVERGED), 3)
+    assert s[3.0][3] == 0.0                                   # the diverged step itself: masked
+    # windows that reach it stop just before it and bootstrap from the real obs 3
+    close(s[1.0], (2 + GAMMA * 3, GAMMA ** 2, 3.0, 1.0))
+    close(s[2.0], (3.0, GAMMA, 3.0, 1.0))
+    close(s[0.0], (1 + GAMMA * 2 + GAMMA ** 2 * 3, GAMMA ** 3, 3.0, 1.0))
+    close(s[10.0], (4 + GAMMA * 5 + GAMMA ** 2 * 6, GAMMA ** 3, 13.0, 1.0))
+    one = _sample_all(_fill(DIVERGED), 1)
+    assert one[3.0][3] == 0.0 and one[2.0][3] == 1.0
+    close(one[2.0][:3], (3.0, GAMMA, 3.0))
 
 
 def test_one_step_truncation_bootstraps_from_final_obs():
@@ -73,7 +95,8 @@ def test_overwritten_final_obs_is_masked():
     buf = replay.init(16, 1, 1, 1, 4)
     for obs, r, term, trunc, fin in steps:
         buf = ADD(buf, jnp.full((1, 1), obs), jnp.zeros((1, 1)), jnp.full((1,), r),
-                         jnp.full((1,), term), jnp.full((1,), trunc), jnp.full((1, 1), fin))
+                         jnp.full((1,), term), jnp.full((1,), trunc), jnp.full((1, 1), fin),
+                         jnp.ones(1, bool))
     s = _sample_all(buf, 1)
     assert s[0.0][3] == 0.0 and s[1.0][3] == 0.0
     close(s[2.0], (1.0, GAMMA, 102.0, 1.0))
@@ -84,7 +107,8 @@ def test_per_env_streams_are_separate():
     buf = replay.init(8, 2, 1, 1, 4)
     for t in range(5):
         obs = jnp.array([[t], [100 + t]], jnp.float32)
-        buf = ADD(buf, obs, jnp.zeros((2, 1)), obs[:, 0], jnp.zeros(2, bool), jnp.zeros(2, bool), obs)
+        buf = ADD(buf, obs, jnp.zeros((2, 1)), obs[:, 0], jnp.zeros(2, bool), jnp.zeros(2, bool), obs,
+                  jnp.ones(2, bool))
     b = replay.sample(buf, jax.random.PRNGKey(1), 512, 1, GAMMA)
     assert np.all(np.asarray(b.next_obs - b.obs) == 1.0)
     assert set(np.unique(np.asarray(b.obs) // 100).tolist()) == {0.0, 1.0}
@@ -99,5 +123,5 @@ def test_ready_from_the_iteration_equals_can_sample_on_the_buffer():
     for i in range(3 * rows):
         z = jnp.zeros((2,))
         buf = replay.add(buf, jnp.full((2, 1), float(i)), jnp.zeros((2, 1)), z, z.astype(bool),
-                         z.astype(bool), jnp.zeros((2, 1)))
+                         z.astype(bool), jnp.zeros((2, 1)), jnp.ones(2, bool))
         assert bool(replay.ready(i, n)) == bool(replay.can_sample(buf, n)), i

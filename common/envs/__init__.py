@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common import hostcall
 from common.errors import UserError
 from common.envs.base import Fields, Task, flatten, tolerance  # noqa: F401
 
@@ -64,9 +65,26 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def make(name: str, backend: str = "auto", pool_size: int = 1024, pool_seed: int = 0,
+# dm_control seed of the held-out evaluation pool; training pools draw their
+# seeds below it (Env.make_pool), so no training pool is ever this one.
+EVAL_POOL_SEED = 2 ** 31 - 1
+DEFAULT_POOL_SIZE = 1024
+
+
+class Pool(NamedTuple):
+    """Initial states made by dm_control's own resets, gathered at reset
+    inside the compiled program."""
+    physics: Any          # native: [P, 2 nstate] uint32; mjx: float32 state components
+    task: jnp.ndarray     # [P, num_task_params]
+    obs: jnp.ndarray      # [P, observation_size]
+
+
+def make(name: str, backend: str = "auto", pool_size: int = DEFAULT_POOL_SIZE, pool_seed: int = 0,
          nthread: Optional[int] = None) -> "Env":
-    """Build task `name` on `backend` ("auto", "native" or "mjx")."""
+    """Build task `name` on `backend` ("auto", "native" or "mjx"). `pool_size`
+    and `pool_seed` size and seed its pools: `env.pool` (what `reset(key)`
+    draws from without a pool), `env.eval_pool` (held-out states, seed
+    EVAL_POOL_SEED) and the per-run pools of `env.make_pool`."""
     _load_suite()
     if name not in _REGISTRY:
         raise UserError(f"unknown task {name!r}; valid tasks: {', '.join(names())}")
@@ -84,7 +102,7 @@ def _dm_env(domain: str, task: str, seed: int):
         return suite.load(domain, task, task_kwargs={"random": seed})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=64)
 def _initial_pool(name: str, pool_size: int, pool_seed: int):
     """float64 carried state rows and task parameters of `pool_size` dm_control resets."""
     from common.envs.native import NativePhysics
@@ -127,15 +145,16 @@ class Env:
             self.mjx = MjxPhysics(self.model, self.n_sub_steps, fields, name, self.native.field_shapes)
 
         self._zero_action = jnp.zeros(self.action_size, jnp.float32)
-        rows, params = _initial_pool(name, pool_size, pool_seed)
-        self._pool_bits = jnp.asarray(encode(rows))
-        self._pool_task = jnp.asarray(params)
-        pool_fields = self.native.host_forward(encode(rows))
-        self._pool_obs = jax.jit(jax.vmap(self._observe_flat))(
-            jnp.asarray(pool_fields), self._pool_task)
-        self.observation_size = int(self._pool_obs.shape[-1])
-        if backend == "mjx":
-            self._pool_mjx = self.mjx.pool(rows)
+        self.pool_size, self.pool_seed = int(pool_size), int(pool_seed)
+        nparams = len(np.asarray(self.task.episode_params(dm_env.physics)).reshape(-1))
+        self._pool_shapes = (jax.ShapeDtypeStruct((self.pool_size, 2 * self.native.nstate), jnp.uint32),
+                             jax.ShapeDtypeStruct((self.pool_size, self.native.nstate), jnp.float32),
+                             jax.ShapeDtypeStruct((self.pool_size, nparams), jnp.float32),
+                             jax.ShapeDtypeStruct((self.pool_size, self.native.nfield), jnp.float32))
+        self.observation_size = int(jax.eval_shape(
+            self._observe_flat, jax.ShapeDtypeStruct((self.native.nfield,), jnp.float32),
+            jax.ShapeDtypeStruct((nparams,), jnp.float32)).shape[-1])
+        self._pools: Dict[int, Pool] = {}
 
     def __repr__(self) -> str:
         return f"Env({self.name!r}, backend={self.backend!r})"
@@ -151,24 +170,73 @@ class Env:
     def _observe_flat(self, flat, task_params):
         return flatten(self.task.observe(self._fields(flat, task_params)))
 
-    # -- API ---------------------------------------------------------------
-    def _from_pool(self, idx):
-        if self.backend == "mjx":
-            physics = self.mjx.from_pool(self._pool_mjx, idx)
-        else:
-            physics = self._pool_bits[idx]
-        return physics, self._pool_task[idx], self._pool_obs[idx]
+    # -- initial-state pools ------------------------------------------------
+    def _pool_host(self, seeds: np.ndarray):
+        """Host side of a pool per seed (any leading shape): carried state
+        bits, the same rows in float32, task parameters, reset-time fields."""
+        from common.envs.native import encode
+        lead = np.shape(seeds)
+        parts = []
+        for seed in np.asarray(seeds).reshape(-1):
+            rows, params = _initial_pool(self.name, self.pool_size, int(seed))
+            bits = encode(rows)
+            parts.append((bits, rows.astype(np.float32), params, self.native.host_forward(bits)))
+        return tuple(np.stack([p[i] for p in parts]).reshape(lead + parts[0][i].shape)
+                     for i in range(4))
 
-    def reset(self, key: jax.Array) -> EnvState:
+    def _assemble(self, bits, rows32, params, fields) -> Pool:
+        physics = self.mjx.pool_from_rows(rows32) if self.backend == "mjx" else bits
+        obs = jax.vmap(self._observe_flat)(fields, params)
+        return Pool(physics, params, obs)
+
+    def _built_pool(self, seed: int) -> Pool:
+        if seed not in self._pools:
+            host = self._pool_host(np.asarray(seed))
+            with jax.ensure_compile_time_eval():  # concrete even when first used inside a trace
+                self._pools[seed] = self._assemble(*(jnp.asarray(x) for x in host))
+        return self._pools[seed]
+
+    @property
+    def pool(self) -> Pool:
+        """The pool `reset`/`step` draw from when given none: `pool_size`
+        resets of a dm_control env seeded with `pool_seed`."""
+        return self._built_pool(self.pool_seed)
+
+    @property
+    def eval_pool(self) -> Pool:
+        """Held-out initial states for evaluation (seed EVAL_POOL_SEED): no
+        pool of `make_pool` is made from this seed."""
+        return self._built_pool(EVAL_POOL_SEED)
+
+    def make_pool(self, key: jax.Array) -> Pool:
+        """A run's own pool, inside the compiled program: `pool_size` resets
+        of a dm_control env seeded from `key` (below EVAL_POOL_SEED), made on
+        the host at that point. vmap it over seeds for a pool per seed."""
+        seed = jax.random.randint(key, (), 0, EVAL_POOL_SEED)
+        return self._assemble(*hostcall.call(self._pool_host, self._pool_shapes, seed))
+
+    # -- API ---------------------------------------------------------------
+    def _from_pool(self, pool: Pool, idx):
+        if self.backend == "mjx":
+            physics = self.mjx.from_pool(pool.physics, idx)
+        else:
+            physics = pool.physics[idx]
+        return physics, pool.task[idx], pool.obs[idx]
+
+    def reset(self, key: jax.Array, pool: Optional[Pool] = None) -> EnvState:
+        """A new episode from a state drawn from `pool` (default: `self.pool`)."""
+        pool = self.pool if pool is None else pool
         key, sub = jax.random.split(key)
-        idx = jax.random.randint(sub, (), 0, self._pool_obs.shape[0])
-        physics, task, obs = self._from_pool(idx)
+        idx = jax.random.randint(sub, (), 0, pool.obs.shape[0])
+        physics, task, obs = self._from_pool(pool, idx)
         zero = jnp.zeros((), jnp.float32)
         info = {"final_obs": obs, "episode_return": zero, "episode_length": jnp.zeros((), jnp.int32),
-                "nonfinite": jnp.zeros((), jnp.int32), "key": key}
+                "nonfinite": jnp.zeros((), jnp.int32), "invalid": jnp.zeros((), bool), "key": key}
         return EnvState(physics, task, obs, zero, jnp.zeros((), bool), jnp.zeros((), bool), info)
 
-    def step(self, state: EnvState, action: jnp.ndarray) -> EnvState:
+    def step(self, state: EnvState, action: jnp.ndarray, pool: Optional[Pool] = None) -> EnvState:
+        """One control step; a finished episode restarts from `pool`."""
+        pool = self.pool if pool is None else pool
         action = jnp.clip(action.astype(jnp.float32), self.action_low, self.action_high)
         if self.backend == "mjx":
             physics, raw, bad = self.mjx.step(state.physics, action)
@@ -178,10 +246,11 @@ class Env:
         obs = flatten(self.task.observe(d))
         reward = jnp.asarray(self.task.reward(d), jnp.float32).reshape(())
         terminated = jnp.asarray(self.task.terminate(d), bool).reshape(())
-        # A diverged simulation is reset and counted; its transition is cut
-        # (bootstrapped from the last finite observation), never fed as NaN.
+        # A diverged simulation is reset, counted and marked invalid: no
+        # learner may train on this step (its reward and next observation are
+        # not the task's). The values are only kept finite.
         bad = bad | ~jnp.isfinite(obs).all() | ~jnp.isfinite(reward)
-        obs = jnp.where(bad, jnp.nan_to_num(state.obs), obs)  # finite even if the last one was not
+        obs = jnp.where(bad, jnp.nan_to_num(state.obs), obs)
         reward = jnp.where(bad, 0.0, reward)
         terminated = terminated & ~bad
 
@@ -193,11 +262,11 @@ class Env:
         done = terminated | truncated
 
         key, sub = jax.random.split(info["key"])
-        idx = jax.random.randint(sub, (), 0, self._pool_obs.shape[0])
-        r_phys, r_task, r_obs = self._from_pool(idx)
+        idx = jax.random.randint(sub, (), 0, pool.obs.shape[0])
+        r_phys, r_task, r_obs = self._from_pool(pool, idx)
         pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(done, x, y), a, b)
         info = {"final_obs": obs, "episode_return": ret, "episode_length": length,
-                "nonfinite": info["nonfinite"] + bad.astype(jnp.int32), "key": key}
+                "nonfinite": info["nonfinite"] + bad.astype(jnp.int32), "invalid": bad, "key": key}
         return EnvState(pick(r_phys, physics), pick(r_task, state.task), pick(r_obs, obs),
                         reward, terminated, truncated, info)
 
@@ -222,7 +291,7 @@ class Env:
         forward runs on it). float64 numpy input is kept bit-exact on native."""
         from common.envs.native import encode, float32_to_bits
         ns = self.native
-        task = self._pool_task[0] if task_params is None else jnp.asarray(task_params, jnp.float32)
+        task = self.pool.task[0] if task_params is None else jnp.asarray(task_params, jnp.float32)
         key = jax.random.PRNGKey(0) if key is None else key
         concrete = all(isinstance(x, np.ndarray) or x is None for x in (qpos, qvel, warmstart))
         if self.backend == "native":
@@ -248,5 +317,5 @@ class Env:
         obs = flatten(self.task.observe(self._fields(raw, task)))
         zero = jnp.zeros((), jnp.float32)
         info = {"final_obs": obs, "episode_return": zero, "episode_length": jnp.zeros((), jnp.int32),
-                "nonfinite": jnp.zeros((), jnp.int32), "key": key}
+                "nonfinite": jnp.zeros((), jnp.int32), "invalid": jnp.zeros((), bool), "key": key}
         return EnvState(physics, task, obs, zero, jnp.zeros((), bool), jnp.zeros((), bool), info)

@@ -184,11 +184,11 @@ class MjxPhysics:
                           qacc_warmstart=f32(warmstart, d0.qacc_warmstart), time=time,
                           ctrl=jnp.zeros_like(d0.ctrl))
 
-    def pool(self, rows: np.ndarray) -> Tuple[jnp.ndarray, ...]:
-        """float32 (time, qpos, qvel, act, warmstart) of native carried state rows."""
-        rows = np.asarray(rows, np.float64)
+    def pool_from_rows(self, rows32: jnp.ndarray) -> Tuple[jnp.ndarray, ...]:
+        """(time, qpos, qvel, act, warmstart) of native carried state rows
+        rounded to float32 ([..., nstate])."""
         comps = (S.mjSTATE_TIME, S.mjSTATE_QPOS, S.mjSTATE_QVEL, S.mjSTATE_ACT, S.mjSTATE_WARMSTART)
-        return tuple(jnp.asarray(rows[:, self._row_slices[c]].astype(np.float32)) for c in comps)
+        return tuple(rows32[..., self._row_slices[c]] for c in comps)
 
     def from_pool(self, pool, idx):
         time, qpos, qvel, act, ws = (p[idx] for p in pool)

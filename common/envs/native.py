@@ -1,6 +1,6 @@
 """Native backend: MuJoCo C, stepped on a thread pool from inside jax.jit.
 
-One `jax.pure_callback` per control step carries the whole batch (nested vmap
+One host call (common/hostcall) per control step carries the whole batch (nested vmap
 over seeds and envs still makes one call). The host side is MuJoCo's own
 `mujoco.batch.Batch`: it loads each simulation's state row, runs the substeps
 and an mj_step1-equivalent stage with the GIL released on `nthread` threads,
@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 from mujoco import batch as mjbatch
+
+from common import hostcall
 
 S = mujoco.mjtState
 # What is carried between steps: the full physics state plus the solver's
@@ -266,12 +268,11 @@ class NativePhysics:
         shapes = (jax.ShapeDtypeStruct(bits.shape, jnp.uint32),
                   jax.ShapeDtypeStruct((*lead, self.nfield), jnp.float32),
                   jax.ShapeDtypeStruct(lead, jnp.bool_))
-        return jax.pure_callback(self.host_step, shapes, bits, action.astype(jnp.float32),
-                                 vmap_method="broadcast_all")
+        return hostcall.call(self.host_step, shapes, bits, action.astype(jnp.float32))
 
     def forward(self, bits: jnp.ndarray) -> jnp.ndarray:
         shape = jax.ShapeDtypeStruct((*bits.shape[:-1], self.nfield), jnp.float32)
-        return jax.pure_callback(self.host_forward, shape, bits, vmap_method="broadcast_all")
+        return hostcall.call(self.host_forward, shape, bits)
 
     def split_fields(self, flat: jnp.ndarray) -> Dict[str, jnp.ndarray]:
         out, k = {}, 0

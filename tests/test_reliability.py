@@ -1,0 +1,223 @@
+"""Runs that never hang, never learn from a broken step, and evaluate on
+held-out states: the README's multi-device command with the plain XLA flag,
+the stall watchdog, every size field refused in one line, diverged steps
+masked out of every learner, per-seed training pools and a held-out
+evaluation pool, and `--seed s --num-seeds N` member m == `--seed s+m`."""
+import dataclasses
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import typing
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algos import d4pg, ddpg, mpo, ppo, sac, td3, td4
+from common import agent, envs, hostcall
+from common.envs import native as native_mod
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AGENTS = {"ddpg": ddpg, "td3": td3, "d4pg": d4pg, "td4": td4, "sac": sac, "mpo": mpo, "ppo": ppo}
+
+
+# --------------------------------------------------------------------- several devices
+
+def _readme_command(marker: str) -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        (line,) = [ln.strip() for ln in f if ln.strip().startswith(marker)]
+    return line
+
+
+def test_readme_multi_device_command_finishes(tmp_path):
+    """The README's command with the plain flag (4 CPU devices on 2 cores)
+    runs to the end and writes its checkpoint: it used to hang in its last
+    chunk (the callbacks' device_put onto a CPU device that was itself
+    blocked in a callback)."""
+    line = _readme_command("XLA_FLAGS=--xla_force_host_platform_device_count=4 python algos/td3.py")
+    assign, *argv = shlex.split(line)
+    name, value = assign.split("=", 1)
+    env = dict(os.environ, **{name: value}, JAX_PLATFORMS="cpu", RL_STALL_TIMEOUT="300")
+    argv[0] = sys.executable
+    out = subprocess.run(argv + ["--log-dir", str(tmp_path)], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "on 4 device(s)" in out.stdout
+    (run_dir,) = list(tmp_path.iterdir())
+    assert (run_dir / "checkpoint.npz").exists()
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == [f"seed_{s}" for s in (1, 2, 3, 4)]
+
+
+def test_watchdog_fires_on_a_run_that_stops_calling_the_host():
+    stalled = []
+    step = jax.jit(lambda x: hostcall.call(lambda a: a + 1, jax.ShapeDtypeStruct((), jnp.float32), x))
+    with agent.Watchdog(0.3, stalled.append, poll=0.05):
+        step(jnp.zeros(()))            # armed by a host call ...
+        time.sleep(1.0)                # ... then nothing: stuck
+    assert len(stalled) == 1 and stalled[0] >= 0.3
+    quiet = []
+    with agent.Watchdog(0.3, quiet.append, poll=0.05):
+        time.sleep(0.6)                # no host call yet (compiling): not armed
+    with agent.Watchdog(0.3, quiet.append, poll=0.05):
+        for _ in range(10):            # calls keep coming: no stall
+            step(jnp.zeros(()))
+            time.sleep(0.1)
+    assert quiet == []
+
+
+# --------------------------------------------------------------------- size fields
+
+def _int_fields(config_cls):
+    """(flag, type) of every integer and integer-tuple field but the seed."""
+    hints = typing.get_type_hints(config_cls)
+    out = []
+    for f in dataclasses.fields(config_cls):
+        t = hints[f.name]
+        if f.name != "seed" and (t is int or t == typing.Tuple[int, ...]):
+            out.append((f.name, t))
+    return out
+
+
+ZERO_ALLOWED = {"eval_every", "checkpoint_every", "learning_starts"}  # 0: "only at the end" / none
+
+
+@pytest.mark.parametrize("algo", sorted(AGENTS))
+def test_every_size_field_zero_or_negative_is_one_line_and_exit_2(algo, tmp_path, capsys):
+    mod = AGENTS[algo]
+    fields = _int_fields(mod.Config)
+    assert {"num_envs", "num_seeds", "total_timesteps", "eval_episodes"} <= {n for n, _ in fields}
+    for name, t in fields:
+        for value in (["-1"] if name in ZERO_ALLOWED else ["0", "-1"]):
+            flag = "--" + name.replace("_", "-")
+            args = [flag, value] if t is int else [flag, "64", value]
+            with pytest.raises(SystemExit) as e:
+                mod.main(["--env", "cartpole_balance", "--log-dir", str(tmp_path / "runs"), *args])
+            err = capsys.readouterr().err.strip()
+            assert e.value.code == 2, (algo, args, err)
+            assert len(err.splitlines()) == 1 and "Traceback" not in err and flag in err, (algo, args, err)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_sweep_script_refuses_bad_sizes_in_one_line(capsys):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import sweep as sweep_cli
+    for args in (["--num-seeds", "-1"], ["--num-envs", "0"], ["--batch-size", "-3"]):
+        with pytest.raises(SystemExit) as e:
+            sweep_cli.main(["--algo", "td3", "--env", "cartpole_balance", "--sweep", "tau=0.005,0.01", *args])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and len(err.splitlines()) == 1 and args[0] in err, err
+
+
+# --------------------------------------------------------------------- diverged steps
+
+def _diverging(env: envs.Env) -> envs.Env:
+    """The same env with an actuator gear so large that any action blows the
+    simulation up (qvel beyond mjMAXVAL in the first substep)."""
+    model = native_mod.copy_model(env.model)
+    model.actuator_gear[:, 0] *= 1e30
+    env.native = native_mod.NativePhysics(model, env.n_sub_steps, env.native.fields)
+    return env
+
+
+def test_a_diverged_step_is_counted_marked_invalid_and_reset():
+    env = _diverging(envs.make("cartpole_balance", "native", pool_size=8))
+    state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 3))
+    step = jax.jit(jax.vmap(env.step))
+    calm = step(state, jnp.zeros((3, 1)))     # zero force: a normal step
+    assert not np.asarray(calm.info["invalid"]).any()
+    broken = step(calm, jnp.ones((3, 1)))
+    assert np.asarray(broken.info["invalid"]).all() and np.asarray(broken.truncated).all()
+    assert np.asarray(broken.info["nonfinite"]).tolist() == [1, 1, 1]
+    assert np.isfinite(np.asarray(broken.obs)).all() and (np.asarray(broken.reward) == 0).all()
+    # the next episode starts from a pool state
+    pool_obs = np.asarray(env.pool.obs)
+    assert all((pool_obs == o).all(-1).any() for o in np.asarray(broken.obs))
+
+
+TINY = dict(env="cartpole_balance", backend="native", num_seeds=1, total_timesteps=600, eval_every=0,
+            eval_episodes=1, checkpoint_every=0)
+OFF_POLICY = dict(num_envs=2, learning_starts=100, batch_size=16, buffer_size=600, hidden_sizes=(8,))
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac", "mpo", "d4pg", "ppo"])
+def test_learners_ignore_diverged_steps(algo, monkeypatch):
+    """Every step diverges: every transition is invalid, so no loss has
+    anything to learn from and the networks stay exactly as initialised
+    (Adam's update of a zero gradient is zero), while the env counts every
+    step as non-finite."""
+    mod = AGENTS[algo]
+    if algo == "ppo":
+        config = mod.Config(**TINY, num_envs=4, num_steps=25, num_minibatches=2, update_epochs=1,
+                            actor_hidden_sizes=(8,), critic_hidden_sizes=(8,))
+    else:
+        config = mod.Config(**TINY, **OFF_POLICY)
+    make = envs.make
+    monkeypatch.setattr(mod.envs, "make", lambda *a, **k: _diverging(make(*a, **k)))
+    train = mod.make_train(config)
+    key = jax.random.PRNGKey(0)
+    start = jax.jit(train.init)(key)
+    final, history = jax.jit(train.run, static_argnums=1)(start, 0)
+    steps = train.schedule.total_steps
+    assert int(np.asarray(final.env_state.info["nonfinite"]).sum()) == steps
+    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    assert same(start.critic_params, final.critic_params)
+    if algo == "ppo":  # the state-independent log std still follows the entropy bonus
+        drop = lambda p: {k: v for k, v in p["params"].items() if k != "log_std"}
+        assert same(drop(start.actor_params), drop(final.actor_params))
+    else:
+        assert same(start.actor_params, final.actor_params)
+        assert not np.asarray(final.replay.valid).any()
+    assert np.isfinite(np.asarray(history["eval/episode_return"])[-1])
+
+
+# --------------------------------------------------------------------- initial-state pools
+
+def test_each_seed_trains_from_its_own_pool_and_evaluation_from_held_out_states():
+    env = envs.make("cartpole_swingup", "native", pool_size=32)
+    keys = jnp.asarray(agent.seed_keys(1, 2))
+    pools = jax.jit(jax.vmap(env.make_pool))(keys)
+    a, b = np.asarray(pools.obs[0]), np.asarray(pools.obs[1])
+    assert not (a[:, None] == b[None]).all(-1).any()             # no state in common
+    held_out = np.asarray(env.eval_pool.obs)
+    for p in (a, b):
+        assert not (p[:, None] == held_out[None]).all(-1).any()
+    # a pool is dm_control's own resets, from a seed drawn from the run's key
+    seed = int(jax.random.randint(keys[0], (), 0, envs.EVAL_POOL_SEED))
+    rows, _ = envs._initial_pool(env.name, 32, seed)
+    np.testing.assert_array_equal(np.asarray(pools.physics[0]), native_mod.encode(rows))
+    # the same key makes the same pool (reproducible, resumable)
+    again = jax.jit(env.make_pool)(keys[0])
+    np.testing.assert_array_equal(np.asarray(again.obs), a)
+
+
+# --------------------------------------------------------------------- seed labels
+
+SEEDS = ["--env", "cartpole_balance", "--backend", "native", "--num-envs", "2", "--total-timesteps", "400",
+         "--learning-starts", "100", "--batch-size", "16", "--buffer-size", "400", "--hidden-sizes", "8",
+         "--eval-every", "0", "--eval-episodes", "1", "--checkpoint-every", "0"]
+
+
+def test_member_m_of_a_multi_seed_run_is_the_single_run_of_seed_plus_m(tmp_path):
+    """Same key, same pool, same initial networks and env states, bit for bit;
+    after training the same parameters to float32 rounding (XLA on CPU sums a
+    vmapped matmul in an order that depends on the member count: 1 ulp)."""
+    config = td3.Config(env="cartpole_balance", backend="native", **OFF_POLICY, total_timesteps=400,
+                        eval_every=0, eval_episodes=1, checkpoint_every=0)
+    train = td3.make_train(config)
+    init = jax.jit(jax.vmap(train.init))
+    two, one = init(jnp.asarray(agent.seed_keys(1, 2))), init(jnp.asarray(agent.seed_keys(2, 1)))
+    for x, y in zip(jax.tree.leaves(two), jax.tree.leaves(one)):
+        np.testing.assert_array_equal(np.asarray(x)[1], np.asarray(y)[0])
+    both, _ = td3.main([*SEEDS, "--seed", "1", "--num-seeds", "2", "--log-dir", str(tmp_path / "a")])
+    second, _ = td3.main([*SEEDS, "--seed", "2", "--num-seeds", "1", "--log-dir", str(tmp_path / "b")])
+    warmup = config.learning_starts // config.num_envs  # rows written before the first update
+    np.testing.assert_array_equal(np.asarray(both.replay.obs)[1, :warmup],
+                                  np.asarray(second.replay.obs)[0, :warmup])
+    for x, y in zip(jax.tree.leaves(both.actor_params), jax.tree.leaves(second.actor_params)):
+        np.testing.assert_allclose(np.asarray(x)[1], np.asarray(y)[0], rtol=1e-5, atol=1e-7)
+    (run_a,) = list((tmp_path / "a").iterdir())
+    assert sorted(p.name for p in run_a.iterdir() if p.is_dir()) == ["seed_1", "seed_2"]
