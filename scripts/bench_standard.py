@@ -157,14 +157,16 @@ def _machine() -> str:
 
 # --------------------------------------------------------------------------- the plan
 
-def ppo_budget(rows: List[Dict], task: str, rate: float, rollout: int) -> Optional[int]:
+def ppo_budget(rows: List[Dict], task: str, rate: float, rollout: int, off_policy=OFF_POLICY,
+               startup: float = 0.0) -> Optional[int]:
     """PPO's env steps per seed for the median off-policy wall-clock on
-    `task` (whole command, compile included) at `rate` env steps/s per seed;
-    None until every off-policy run of the task is in."""
-    walls = [r["wall_s"] for r in rows if r["task"] == task and r["algo"] in OFF_POLICY]
-    if len(walls) < len(OFF_POLICY):
+    `task` (whole command, compile included) at `rate` env steps/s per seed,
+    less PPO's own `startup` seconds (compile, pools); None until every run
+    of `off_policy` on the task is in."""
+    walls = [r["wall_s"] for r in rows if r["task"] == task and r["algo"] in off_policy]
+    if len(walls) < len(off_policy):
         return None
-    return max(1, int(np.median(walls) * rate // rollout)) * rollout
+    return max(1, int((np.median(walls) - startup) * rate // rollout)) * rollout
 
 
 def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False, log_dir: Optional[str] = None,
@@ -214,11 +216,14 @@ def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False, log_di
                 continue
             cal_path = result_path(cal_dir, task, "ppo")
             cal = json.load(open(cal_path)) if os.path.exists(cal_path) else work((task, "ppo"), calibration, "cal")
-            budget = ppo_budget(rows, task, cal["sps_per_seed"], rollout)
+            rate = cal["sps_per_seed"]
+            startup = max(0.0, cal["wall_s"] - cal["steps"] / rate)
+            budget = ppo_budget(rows, task, rate, rollout, [a for a in algos if a != "ppo"], startup)
             if budget is None:
                 print(f"  {task}: PPO waits for every off-policy run of the task", flush=True)
                 continue
-            print(f"  {task}: PPO at {cal['sps_per_seed']:.0f} env steps/s per seed -> {budget} steps", flush=True)
+            print(f"  {task}: PPO at {rate:.0f} env steps/s per seed, {startup:.0f} s start-up -> {budget} steps",
+                  flush=True)
             ppo_eval = max(rollout, budget // 10 // rollout * rollout)
             with lock:
                 core = free[-1]
