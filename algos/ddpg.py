@@ -8,8 +8,12 @@ actor's action: Gaussian by default, or the paper's Ornstein-Uhlenbeck
 process (`--noise-type ou`), whose state is carried per env and reset to zero
 at episode ends. n-step returns are an option (`--n-step`).
 
-Defaults follow CleanRL's ddpg_continuous_action (and this project's TD3), not
-the paper's (lr 1e-4/1e-3, tau 0.001, batch 64, 400-300 units, critic L2 decay).
+Defaults are the "our DDPG" baseline of the TD3 paper (Fujimoto et al. 2018):
+TD3's sizes and rates (lr 3e-4, tau 0.005, batch 256, 256-256 units, Gaussian
+noise 0.1), with the actor and targets updated after every critic update. Not
+CleanRL's ddpg_continuous_action, which shares those sizes but updates the
+actor and targets every second step, nor the paper's (lr 1e-4/1e-3, tau
+0.001, batch 64, 400-300 units, critic L2 decay).
 
 Acting in `num_envs` parallel envs, physics, replay, learning and evaluation
 run as one XLA program; `--num-seeds N` trains N independent seeds in it.

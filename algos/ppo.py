@@ -31,9 +31,12 @@ sized for a CPU: Brax's 2048 envs, 16 epochs and 5x256 value network cost
 about 26 MFLOP per env step, which holds a 2-core machine near 1,200 env
 steps/s; 1024 envs, 4 epochs of 8 minibatches (3,840 transitions each) and a
 2x256 value network cost 16x less and run about 10k env steps/s on
-cheetah_run. On a GPU, Brax's own values are the flags
+cheetah_run. On a GPU, flags close to Brax's sizes are
 `--num-envs 2048 --update-epochs 16 --num-minibatches 2 --critic-hidden-sizes
-256 256 256 256 256`. From CleanRL rather than Brax: gradient-norm clipping at
+256 256 256 256 256`: the same minibatch size (30,720 transitions) and 16
+passes, but not the same update phase: Brax collects batch_size x
+num_minibatches = 1024 x 32 unrolls of 30 steps before each update, these
+flags a 61,440-transition rollout. From CleanRL rather than Brax: gradient-norm clipping at
 0.5 (Brax: none), orthogonal initialisation (Brax: lecun uniform) and a plain
 Gaussian clipped at the action bounds (Brax: tanh-squashed).
 

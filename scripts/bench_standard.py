@@ -249,11 +249,11 @@ def _cell(values: Optional[List[float]]) -> str:
     return f"{np.mean(values):.0f} ({', '.join(f'{v:.0f}' for v in values)})"
 
 
-def table(rows: List[Dict], published: Optional[Dict] = None, report_steps=REPORT_STEPS) -> str:
+def table(rows: List[Dict], published=None, report_steps=REPORT_STEPS) -> str:
     """Markdown: per task and agent, the eval return at each reporting step
-    (mean over seeds, then each seed), the final one for PPO with its budget,
-    wall-clock and env steps/s per seed; `published[(task, algo_or_name)]`
-    strings go in a last column."""
+    (mean over seeds, then each seed), the final one (PPO's, with its
+    budget), wall-clock and env steps/s per seed; `published(task, algo)`
+    (None or a string) fills a last column."""
     head = "| task | agent | " + " | ".join(f"at {s // 1000}k steps" for s in report_steps) + \
            " | final (steps) | wall-clock | env steps/s per seed | published at 100k |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -261,7 +261,7 @@ def table(rows: List[Dict], published: Optional[Dict] = None, report_steps=REPOR
     for r in sorted(rows, key=lambda r: (r["task"], order.get(r["algo"], 99))):
         cells = [_cell(returns_at(r, s)) if r["algo"] != "ppo" else "" for s in report_steps]
         final = [s[-1] for s in r["eval_returns"]]
-        pub = (published or {}).get((r["task"], r["algo"]), "")
+        pub = (published(r["task"], r["algo"]) if published else None) or ""
         flags = " (resumed)" if r.get("resumed") else ""
         lines.append(f"| {r['task']} | {r['algo']} | " + " | ".join(cells) +
                      f" | {_cell(final)} ({r['eval_steps'][-1] / 1000:.0f}k) | {r['wall_s'] / 60:.0f} min{flags} | "
@@ -298,8 +298,9 @@ def figure(rows: List[Dict], path: str) -> str:
 
 
 def write_report(rows: List[Dict], out: str) -> str:
-    from published import PUBLISHED_CELLS
-    text = table(rows, PUBLISHED_CELLS)
+    import published
+    text = table(rows, published.ours_column) + "\n\nPublished (env steps at the native control rate; " \
+        "sources in published_sources.md):\n\n" + published.table()
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(text + "\n")
     if rows:
