@@ -2,10 +2,12 @@
 
     python scripts/render.py runs/cheetah_run__td3__1__1700000000
     python scripts/render.py runs/.../checkpoint.npz --seed-index 2 --gif --width 320 --height 240
+    python scripts/render.py release/cheetah_run__td3.npz          # an exported policy file
 
-Works for every agent through the agent protocol: the checkpoint header names
-the agent and its config; `algos/<algo>.py`'s `make_train` gives the env and
-the shape of the train state, `make_act` the policy. The episode runs on
+Works for every agent through the agent protocol (common.policy.load_policy:
+the file's header names the agent and its config; `algos/<algo>.py`'s
+`make_train` gives the env and the shape of the state, `make_act` the
+policy), from held-out initial states (the env's evaluation pool). The episode runs on
 either physics backend (`--backend`, default native: a checkpoint trained on
 a GPU renders on a laptop). Each frame is the physics state the policy acted
 on (qpos, qvel, and the episode's task parameters such as a reacher's target,
@@ -24,8 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import argparse
 import copy
-import dataclasses
-import importlib
 import math
 import re
 import subprocess
@@ -33,7 +33,6 @@ from typing import Dict, List, Optional
 
 from common.errors import ArgumentParser, UserError, exit_on_user_error
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GL_BACKENDS = ("egl", "osmesa")
 BACKENDS = ("native", "mjx", "auto")  # as common.envs.BACKENDS (not imported: it loads JAX)
 _PROBE = ("import mujoco\n"
@@ -48,7 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", metavar="RUN_OR_CHECKPOINT",
-                   help="a run directory (runs/<env>__<algo>__<seed>__<time>) or a checkpoint .npz")
+                   help="a run directory (runs/<env>__<algo>__<seed>__<time>), a checkpoint .npz "
+                        "or an exported policy file (scripts/export.py)")
     p.add_argument("--seed-index", type=int, default=0,
                    help="which of the checkpoint's seeds (sweep members) to render (default 0)")
     p.add_argument("--backend", default="native", help="physics backend: native (default), mjx or auto")
@@ -122,62 +122,11 @@ def select_gl() -> str:
 
 # --------------------------------------------------------------------------- agent
 
-def _algo_module(algo):
-    valid = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "algos"))
-                   if f.endswith(".py") and not f.startswith("_"))
-    if algo not in valid:
-        raise UserError(f"checkpoint is for agent {algo!r}, which is not one of {', '.join(valid)}")
-    return importlib.import_module(f"algos.{algo}")
-
-
-def load_policy(path: str, backend: str, index: int):
-    """(header, config, env, act, state of member `index`) from a checkpoint,
-    through the agent protocol only."""
-    import jax
-    from common import checkpoint as ckpt
-    header = ckpt.read_header(path)
-    module = _algo_module(header.get("algo"))
-    fields = {f.name for f in dataclasses.fields(module.Config)}
-    saved = header.get("config")
-    if not isinstance(saved, dict):
-        raise UserError(f"checkpoint {path!r} has no config in its header")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in fields}
-    try:
-        config = module.Config(**values)
-    except (TypeError, ValueError) as e:
-        raise UserError(f"checkpoint {path!r} has a config {header['algo']} cannot take ({e})") from None
-    train = module.make_train(dataclasses.replace(config, backend=backend))
-    members = len(header.get("members") or ()) or config.num_seeds
-    if index >= members:
-        raise UserError(f"--seed-index {index} is out of range: the checkpoint holds {members} "
-                        f"seed(s) or sweep member(s), 0..{members - 1}")
-    keys = jax.random.split(jax.random.PRNGKey(config.seed), members)
-    # The saved env states are those of the backend it was trained on (the
-    # rollout resets its own env, so they are not used): shape the state with
-    # this backend first, then with the other.
-    saved_paths = header.get("leaf_paths")
-    template = None
-    for b in dict.fromkeys([train.env.backend, "native", "mjx"]):
-        try:
-            shaped = train if b == train.env.backend else module.make_train(dataclasses.replace(config, backend=b))
-        except UserError:  # e.g. a task MJX cannot run
-            continue
-        t = jax.eval_shape(jax.vmap(shaped.init), keys)
-        template = t if template is None else template
-        if [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]] == saved_paths:
-            template = t
-            break
-    states, header = ckpt.load(path, template, {"algo": header["algo"], "env": config.env,
-                                                "num_seeds": config.num_seeds})
-    config = dataclasses.replace(config, backend=train.env.backend)
-    state = jax.tree.map(lambda x: x[index], states)  # numpy: no compiled op per leaf
-    return header, config, train.env, module.make_act(config, train.env), state
-
-
 def rollout(env, act, state, key, n_steps: int) -> Dict[str, "np.ndarray"]:
-    """n_steps control steps of the deterministic policy, from the reset that
-    agent.evaluate(..., split(key)[0], 1) starts from (finished episodes reset
-    as in training); per step the physics state the policy acted on, the task
+    """n_steps control steps of the deterministic policy `act(state, obs,
+    key, deterministic)` from the held-out state that agent.evaluate(...,
+    split(key)[0], 1) starts from (finished episodes reset from the same
+    evaluation pool); per step the physics state the policy acted on, the task
     parameters, the reward and whether the episode ended with that step."""
     import jax
     import numpy as np
@@ -185,10 +134,10 @@ def rollout(env, act, state, key, n_steps: int) -> Dict[str, "np.ndarray"]:
     @jax.jit
     def run(state, key):
         k_reset, k_act = jax.random.split(key)
-        first = env.reset(jax.random.split(k_reset, 1)[0])
+        first = env.reset(jax.random.split(k_reset, 1)[0], env.eval_pool)
 
         def step(s, k):
-            nxt = env.step(s, act(state, s.obs, k, True))
+            nxt = env.step(s, act(state, s.obs, k, True), env.eval_pool)
             return nxt, {"qpos": env.qpos(s), "qvel": env.qvel(s), "task": s.task,
                          "reward": nxt.reward, "done": nxt.terminated | nxt.truncated}
 
@@ -208,21 +157,24 @@ def episodes_of(done) -> List[slice]:
 
 # --------------------------------------------------------------------------- scene
 
-def task_models(env, params: List["np.ndarray"]) -> Dict[bytes, "mujoco.MjModel"]:
+def task_models(env, params: List["np.ndarray"], pool_seed: Optional[int] = None
+                ) -> Dict[bytes, "mujoco.MjModel"]:
     """One model per distinct task-parameter vector, as dm_control left it
-    after drawing those parameters: the initial-state pool is made of the
-    resets of a dm_control env seeded like the pool's, so replaying those
-    resets finds the very model (target geoms, sites, bodies, lights) the
-    agent saw."""
+    after drawing those parameters: an initial-state pool is made of the
+    resets of a dm_control env seeded with the pool's seed (default the
+    evaluation pool's, envs.EVAL_POOL_SEED, which `rollout` draws from), so
+    replaying those resets finds the very model (target geoms, sites,
+    bodies, lights) the agent saw."""
     import warnings
     import numpy as np
     from common import envs
+    pool_seed = envs.EVAL_POOL_SEED if pool_seed is None else pool_seed
     wanted = {np.asarray(p, np.float32).tobytes() for p in params}
     domain, task, _ = envs._REGISTRY[env.name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from dm_control import suite
-        dm_env = suite.load(domain, task, task_kwargs={"random": 0})  # envs.make's pool_seed
+        dm_env = suite.load(domain, task, task_kwargs={"random": pool_seed})
     found = {}
     for _ in range(8192):
         dm_env.reset()
@@ -357,15 +309,12 @@ def write_video(out: str, frames, fps: float, gif: bool, count: int) -> Optional
 def main(argv=None):
     args = parse_args(argv)
     gl = select_gl()  # first: the GL probes are child processes, forked before JAX starts threads
-    from common import checkpoint as ckpt
-    path = ckpt.resolve(args.checkpoint)
-    ckpt.read_header(path)  # a corrupt file fails here, before anything is built
-
     import jax
-    import numpy as np
-    header, config, env, act, state = load_policy(path, args.backend, args.seed_index)
+    from common.policy import load_policy
+    policy = load_policy(args.checkpoint, args.seed_index, args.backend)
+    env = policy.env
     n_steps = args.steps if args.steps is not None else args.episodes * env.episode_length
-    out = rollout(env, act, state, jax.random.PRNGKey(args.seed), n_steps)
+    out = rollout(env, policy.act_fn, policy.state, jax.random.PRNGKey(args.seed), n_steps)
     spans = episodes_of(out["done"])
     if args.steps is None:
         spans = spans[:args.episodes]
@@ -376,8 +325,8 @@ def main(argv=None):
               f"{'' if whole else ' (cut short by --steps)'}")
 
     fps = args.fps or 1.0 / env.control_timestep
-    dest = args.out or os.path.join(os.path.dirname(path), f"render_{config.env}__{header['algo']}__"
-                                                          f"seed{args.seed_index}.mp4")
+    dest = args.out or os.path.join(os.path.dirname(policy.path), f"render_{policy.task}__{policy.algo}__"
+                                                                 f"seed{policy.seed_index}.mp4")
     if not os.path.splitext(dest)[1]:
         dest += ".mp4"
     frames = Frames(task_models(env, list(out["task"][:n_frames])), args.width, args.height, args.camera,
@@ -390,7 +339,7 @@ def main(argv=None):
     finally:
         frames.close()
     print(f"wrote {dest} ({n_frames} frames, {args.width}x{args.height}, {fps:g} fps, "
-          f"{header['algo']} on {config.env}, {env.backend} physics, MUJOCO_GL={gl})"
+          f"{policy.algo} on {policy.task}, {env.backend} physics, MUJOCO_GL={gl})"
           + (f" and {gif_path} (every {gif_stride(fps)} frame(s))" if gif_path else ""))
     return dest
 

@@ -74,12 +74,13 @@ def test_video_of_one_episode(gl, run_dir, tmp_path, capsys):
     assert gif.format == "GIF" and gif.size == (64, 48)
     assert gif.info["duration"] == 20  # 100 fps control rate: every 2nd frame, 20 ms each
 
-    # the printed return is that of agent.evaluate's episode from the same reset key
+    # the printed return is that of agent.evaluate's episode (held-out pool) from the same reset key
     (ret,) = re.findall(r"episode 0: return (-?[\d.]+) over 1000 steps", printed)
-    header, config, env, act, state = render.load_policy(str(run_dir / "checkpoint.npz"), "native", 1)
     from common import agent
+    from common.policy import load_policy
+    policy = load_policy(str(run_dir / "checkpoint.npz"), 1)
     k_reset = jax.random.split(jax.random.PRNGKey(3))[0]
-    expected = float(agent.evaluate(env, act, state, lambda o: o, k_reset, 1))
+    expected = float(agent.evaluate(policy.env, policy.act_fn, policy.state, lambda o: o, k_reset, 1))
     assert expected > 1 and float(ret) == pytest.approx(expected, abs=0.006)
     assert f"wrote {out} (1000 frames, 64x48, 100 fps" in printed
 
@@ -102,6 +103,22 @@ def test_mjx_checkpoint_steps_and_default_output(gl, tmp_path, capsys):
     assert reader.count_frames() == 30
 
 
+def test_exported_policy_file_renders(gl, run_dir, tmp_path, capsys):
+    """A file of scripts/export.py renders the episode its checkpoint renders;
+    the video goes next to it by default."""
+    from common.policy import export, load_policy
+    path = tmp_path / "policy.npz"
+    export(load_policy(str(run_dir), 1), str(path))
+    args = ["--steps", "20", "--width", "32", "--height", "32", "--fast", "--seed", "3"]
+    render.main([str(path), *args])
+    from_file = capsys.readouterr().out
+    assert (tmp_path / "render_cartpole_balance__td3__seed1.mp4").exists()
+    render.main([str(run_dir), "--seed-index", "1", *args, "--out", str(tmp_path / "ckpt.mp4")])
+    from_checkpoint = capsys.readouterr().out
+    returns = [re.findall(r"episode 0: return (-?[\d.]+) over 20 steps", p) for p in (from_file, from_checkpoint)]
+    assert returns[0] == returns[1] and len(returns[0]) == 1
+
+
 @pytest.mark.parametrize("name,count", [("reacher_easy", 3), ("manipulator_bring_ball", 2)])
 def test_task_targets_placed_as_the_agent_saw_them(gl, name, count):
     """Each episode's target (a reacher's geom, the manipulator's target body)
@@ -109,7 +126,9 @@ def test_task_targets_placed_as_the_agent_saw_them(gl, name, count):
     import mujoco
     from common import envs
     env = envs.make(name, "native", pool_size=count)
-    batch = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), 4 * count))
+    # rendered episodes start from the held-out pool, so task_models replays its resets
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    batch = reset(jax.random.split(jax.random.PRNGKey(0), 4 * count), env.eval_pool)
     states = [jax.tree.map(lambda x: x[i], batch) for i in range(4 * count)]
     tasks = [np.asarray(s.task) for s in states]
     assert len({t.tobytes() for t in tasks}) > 1  # several different targets
@@ -159,10 +178,10 @@ def _one_line_exit_2(args, capsys, message):
 
 
 def test_bad_input(gl, run_dir, tmp_path, capsys):
-    _one_line_exit_2([str(tmp_path / "nowhere")], capsys, "no checkpoint at")
+    _one_line_exit_2([str(tmp_path / "nowhere")], capsys, "no checkpoint or policy file at")
     corrupt = tmp_path / "corrupt.npz"
     corrupt.write_bytes((run_dir / "checkpoint.npz").read_bytes()[:500])
-    _one_line_exit_2([str(corrupt)], capsys, "unreadable checkpoint")
+    _one_line_exit_2([str(corrupt)], capsys, "corrupt or truncated")
     _one_line_exit_2([str(run_dir), "--seed-index", "2"], capsys, "0..1")
     _one_line_exit_2([str(run_dir), "--width", "33"], capsys, "even")
     _one_line_exit_2([str(run_dir), "--backend", "cuda"], capsys, "unknown backend")
