@@ -125,8 +125,9 @@ def one_run(algo: str, task: str, steps: int, out: str, log_dir: str, eval_every
     train_s = max(s[-1] for s in c["seconds"])
     # env steps/s per seed between the first and the last evaluation (evaluations included)
     span = max(s[-1] - s[0] for s in c["seconds"])
+    i = cmd.index("--log-dir")
     result = dict(algo=algo, task=task, seeds=SEEDS, steps=steps, command=" ".join(
-        ["python", os.path.relpath(cmd[1], ROOT), *cmd[2:cmd.index("--log-dir")]]),
+        ["python", os.path.relpath(cmd[1], ROOT), *cmd[2:i], *cmd[i + 2:]]),
         config=config, eval_steps=c["steps"], eval_returns=c["returns"], eval_seconds=c["seconds"],
         wall_s=wall, train_s=train_s,
         sps_per_seed=(c["steps"][-1] - c["steps"][0]) / span if span > 0 else float("nan"),

@@ -1,0 +1,112 @@
+"""Build release/: the best seed of every standard-benchmark run, exported.
+
+    python scripts/release.py            # from docs/results/standard/ into release/
+
+For each (agent, task) result of scripts/bench_standard.py
+(`docs/results/standard/<task>__<algo>.json` and its `.policy.npz`), the seed
+with the highest final evaluation return is exported with scripts/export.py
+to `release/<task>__<algo>.npz`, and `release/README.md` gets a table: agent,
+task, env steps, that seed's final evaluation return (10 held-out episodes at
+the end of training), the mean over 20 new held-out episodes
+(scripts/evaluate.py's interval), the check return the test replays, and
+the exact training command. The folder stays under 10 MB.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse
+import glob
+import json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "results", "standard")
+RELEASE = os.path.join(ROOT, "release")
+ORDER = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo")
+EPISODES = 20
+LIMIT_BYTES = 10 * 2 ** 20
+
+
+def build(results: str = RESULTS, release: str = RELEASE, episodes: int = EPISODES) -> list:
+    import jax
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import export
+    import plot
+    from common import policy as pol
+    os.makedirs(release, exist_ok=True)
+    rows = []
+    for path in sorted(glob.glob(os.path.join(results, "*__*.json"))):
+        with open(path) as f:
+            r = json.load(f)
+        source = path[:-len(".json")] + ".policy.npz"
+        if not os.path.exists(source):
+            continue
+        finals = [s[-1] for s in r["eval_returns"]]
+        best = int(np.argmax(finals))
+        out = os.path.join(release, f"{r['task']}__{r['algo']}.npz")
+        header = export.main([source, "--seed-index", str(best), "--out", out])
+        policy = pol.load_policy(out)
+        returns = pol.episode_returns(policy, jax.random.split(jax.random.PRNGKey(1), episodes))
+        lo, hi = plot.bootstrap_ci(returns)
+        rows.append(dict(algo=r["algo"], task=r["task"], steps=r["eval_steps"][-1], seed=r["config"]["seed"] + best,
+                         final=finals[best], mean=float(np.mean(returns)), lo=lo, hi=hi,
+                         check=header["check"]["return"], command=r["command"], file=os.path.basename(out),
+                         kib=os.path.getsize(out) / 1024))
+    rows.sort(key=lambda x: (x["task"], ORDER.index(x["algo"]) if x["algo"] in ORDER else 99))
+    total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(release, "*")))
+    if total > LIMIT_BYTES:
+        raise SystemExit(f"release/ holds {total / 2**20:.1f} MB, over the 10 MB limit")
+    with open(os.path.join(release, "README.md"), "w") as f:
+        f.write(readme(rows))
+    return rows
+
+
+def readme(rows: list) -> str:
+    lines = [
+        "# Released policies",
+        "",
+        "The best seed (highest final evaluation return) of each run of the standard benchmark",
+        "(`python scripts/benchmark.py standard`: walker_walk and cheetah_run, 2 seeds per run,",
+        "default configs, native physics), exported by `scripts/release.py` with `scripts/export.py`.",
+        "Each file holds that seed's actor parameters, observation statistics, config, task, agent,",
+        "format version, evaluation return and a check return (one deterministic native episode from",
+        "a fixed held-out start state, replayed by tests/test_policy.py).",
+        "",
+        "```python",
+        "import jax",
+        "from common.policy import load_policy",
+        'policy = load_policy("release/walker_walk__sac.npz")',
+        "state = policy.env.reset(jax.random.PRNGKey(0), policy.env.eval_pool)",
+        "state = policy.env.step(state, policy.act(state.obs))",
+        "```",
+        "",
+        "`python scripts/render.py release/walker_walk__sac.npz` renders one; "
+        "`python scripts/evaluate.py release/walker_walk__sac.npz --episodes 100` scores one.",
+        "",
+        f"| file | agent | task | env steps | seed | final eval return (10 episodes) | "
+        f"mean of {EPISODES} new held-out episodes [95% CI] | check return | size | trained with |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['file']} | {r['algo']} | {r['task']} | {r['steps']:,} | {r['seed']} | {r['final']:.1f} | "
+                     f"{r['mean']:.1f} [{r['lo']:.1f}, {r['hi']:.1f}] | {r['check']:.2f} | {r['kib']:.0f} KiB | "
+                     f"`{r['command']}` |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results", default=RESULTS)
+    p.add_argument("--release", default=RELEASE)
+    p.add_argument("--episodes", type=int, default=EPISODES)
+    args = p.parse_args(argv)
+    for r in build(args.results, args.release, args.episodes):
+        print(f"{r['file']:<28} seed {r['seed']}  final {r['final']:7.1f}  held-out mean {r['mean']:7.1f} "
+              f"[{r['lo']:.1f}, {r['hi']:.1f}]  {r['kib']:.0f} KiB")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MUJOCO_GL", "disable")
+    main()
