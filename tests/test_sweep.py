@@ -50,7 +50,7 @@ def _run_dir(log_dir):
 def swept():
     """The 8 members in one vmapped program on one device, with recording hooks."""
     hps, combos = sweep.member_hparams(CONFIG, AXES, td3.hparams, CONFIG.num_seeds)
-    keys = np.tile(np.asarray(jax.random.split(jax.random.PRNGKey(CONFIG.seed), 2)), (4, 1))
+    keys = np.tile(agent.seed_keys(CONFIG.seed, 2), (4, 1))  # as the CLI: member m has PRNGKey(seed + m)
     logged = []
     hooks = agent.Hooks(log=lambda lead, step, m, member: logged.append((lead, np.asarray(member).tolist())),
                         checkpoint=lambda *a: None)
