@@ -80,16 +80,17 @@ def test_bad_input_one_line_exit_2_no_run_dir(args, message, tmp_path, capsys):
 
 # --------------------------------------------------------------------- learning
 
-LEARN = d4pg.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2, eval_every=2000,
-                    eval_episodes=4, checkpoint_every=0, total_timesteps=30000, learning_starts=1000,
-                    buffer_size=30000, batch_size=128, hidden_sizes=(64, 64), n_step=3, num_atoms=51,
-                    actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
+LEARN = d4pg.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2,
+                    eval_every=2000, eval_episodes=4, checkpoint_every=0, total_timesteps=30000,
+                    learning_starts=1000, buffer_size=30000, batch_size=128, hidden_sizes=(64, 64),
+                    n_step=3, num_atoms=51, actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
 
 
 def test_learns_cartpole_balance():
     """Zero action scores 714 and random actions 325-413: >= 950 needs a policy that
     balances. Criterion: median of the last three evaluations (26k, 28k, 30k steps).
-    Measured on 8 seeds (two batches of 4): every final return >= 955 at 30k, every median of the last three >= 957
-    from 26k on; single evaluations after 22k dip below 950 in 1 of 40."""
+    Measured on 8 seeds (two batches of 4): every final return >= 955 at 30k, every
+    median of the last three >= 957 from 26k on; single evaluations after 22k dip
+    below 950 in 1 of 40."""
     returns = checks.learning_run(d4pg, LEARN)
     assert (np.median(returns[:, -3:], 1) >= 950).all(), returns[:, -3:]
