@@ -29,9 +29,13 @@ import importlib
 import math
 import re
 import subprocess
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from common.errors import ArgumentParser, UserError, exit_on_user_error
+
+if TYPE_CHECKING:  # annotations only: numpy and mujoco are imported where they are used
+    import mujoco
+    import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GL_BACKENDS = ("egl", "osmesa")
@@ -51,19 +55,25 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a run directory (runs/<env>__<algo>__<seed>__<time>) or a checkpoint .npz")
     p.add_argument("--seed-index", type=int, default=0,
                    help="which of the checkpoint's seeds (sweep members) to render (default 0)")
-    p.add_argument("--backend", default="native", help="physics backend: native (default), mjx or auto")
+    p.add_argument("--backend", default="native",
+                   help="physics backend: native (default), mjx or auto")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--episodes", type=int, default=1, help="full episodes to render (default 1)")
+    length.add_argument("--episodes", type=int, default=1,
+                        help="full episodes to render (default 1)")
     length.add_argument("--steps", type=int, default=None,
-                        help="render exactly this many control steps instead (episodes reset as in training)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the episode's initial state (default 0)")
-    p.add_argument("--width", type=int, default=640, help="frame width in pixels, even (default 640)")
-    p.add_argument("--height", type=int, default=480, help="frame height in pixels, even (default 480)")
+                        help="render exactly this many control steps instead (episodes reset as "
+                             "in training)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the episode's initial state (default 0)")
+    p.add_argument("--width", type=int, default=640,
+                   help="frame width in pixels, even (default 640)")
+    p.add_argument("--height", type=int, default=480,
+                   help="frame height in pixels, even (default 480)")
     p.add_argument("--fps", type=float, default=None,
                    help="frames per second (default: the task's control rate, i.e. real time)")
     p.add_argument("--camera", default=None,
-                   help="camera name or index in the model; -1 for a free camera following the root body "
-                        "(default: chosen per model, see above)")
+                   help="camera name or index in the model; -1 for a free camera following the "
+                        "root body (default: chosen per model, see above)")
     p.add_argument("--out", default=None,
                    help="output .mp4 (default <run dir>/render_<env>__<algo>__seed<index>.mp4)")
     p.add_argument("--gif", action="store_true", help="also write a GIF next to the MP4")
@@ -83,7 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         raise UserError(f"--fps must be positive, got {args.fps}")
     if args.seed_index < 0:
         raise UserError(f"--seed-index must be >= 0, got {args.seed_index}")
-    if args.out is not None and os.path.splitext(args.out)[1].lower() not in ("", ".mp4", ".mkv", ".mov"):
+    video = ("", ".mp4", ".mkv", ".mov")
+    if args.out is not None and os.path.splitext(args.out)[1].lower() not in video:
         raise UserError(f"--out {args.out!r}: the video is H.264, write it as .mp4 (or .mkv, .mov)")
     if args.backend not in BACKENDS:
         raise UserError(f"unknown backend {args.backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -116,8 +127,8 @@ def select_gl() -> str:
             return backend
     tried = f"MUJOCO_GL={wanted}" if wanted else "MUJOCO_GL=egl and MUJOCO_GL=osmesa"
     raise UserError(f"no OpenGL for offscreen rendering ({tried} failed); install EGL "
-                    f"(Debian: apt-get install libegl1 libegl-mesa0) or OSMesa (apt-get install libosmesa6) "
-                    f"and set MUJOCO_GL=egl or MUJOCO_GL=osmesa")
+                    f"(Debian: apt-get install libegl1 libegl-mesa0) or OSMesa "
+                    f"(apt-get install libosmesa6) and set MUJOCO_GL=egl or MUJOCO_GL=osmesa")
 
 
 # --------------------------------------------------------------------------- agent
@@ -145,7 +156,8 @@ def load_policy(path: str, backend: str, index: int):
     try:
         config = module.Config(**values)
     except (TypeError, ValueError) as e:
-        raise UserError(f"checkpoint {path!r} has a config {header['algo']} cannot take ({e})") from None
+        raise UserError(f"checkpoint {path!r} has a config {header['algo']} cannot take "
+                        f"({e})") from None
     train = module.make_train(dataclasses.replace(config, backend=backend))
     members = len(header.get("members") or ()) or config.num_seeds
     if index >= members:
@@ -159,12 +171,14 @@ def load_policy(path: str, backend: str, index: int):
     template = None
     for b in dict.fromkeys([train.env.backend, "native", "mjx"]):
         try:
-            shaped = train if b == train.env.backend else module.make_train(dataclasses.replace(config, backend=b))
+            shaped = train if b == train.env.backend else \
+                module.make_train(dataclasses.replace(config, backend=b))
         except UserError:  # e.g. a task MJX cannot run
             continue
         t = jax.eval_shape(jax.vmap(shaped.init), keys)
         template = t if template is None else template
-        if [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]] == saved_paths:
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]]
+        if paths == saved_paths:
             template = t
             break
     states, header = ckpt.load(path, template, {"algo": header["algo"], "env": config.env,
@@ -252,8 +266,8 @@ def pick_camera(model, requested: Optional[str]):
             if int(requested) >= 0:
                 return int(requested)
         else:
-            raise UserError(f"unknown camera {requested!r}; this model has "
-                            f"{', '.join(f'{i} ({n})' for i, n in enumerate(names)) or 'no cameras'}, "
+            cameras = ", ".join(f"{i} ({n})" for i, n in enumerate(names)) or "no cameras"
+            raise UserError(f"unknown camera {requested!r}; this model has {cameras}, "
                             f"or -1 for a free camera following the root body")
     else:
         # a body that moves about: the first camera tracking its centre of mass
@@ -307,7 +321,8 @@ class Frames:
         self.mujoco.mj_forward(model, data)
         self.renderer.update_scene(data, camera=self.camera)
         if self.fast:
-            for flag in (self.mujoco.mjtRndFlag.mjRND_SHADOW, self.mujoco.mjtRndFlag.mjRND_REFLECTION):
+            flags = self.mujoco.mjtRndFlag
+            for flag in (flags.mjRND_SHADOW, flags.mjRND_REFLECTION):
                 self.renderer.scene.flags[flag] = 0
         return self.renderer.render()
 
@@ -337,7 +352,8 @@ def write_video(out: str, frames, fps: float, gif: bool, count: int) -> Optional
         for t, frame in enumerate(frames):
             writer.append_data(frame)
             if gif and t % stride == 0:
-                gif_frames.append(Image.fromarray(frame).quantize(256, method=Image.Quantize.FASTOCTREE))
+                gif_frames.append(Image.fromarray(frame).quantize(
+                    256, method=Image.Quantize.FASTOCTREE))
             if progress and t % 100 == 99:
                 sys.stdout.write(f"\rrendered {t + 1}/{count} frames")
                 sys.stdout.flush()
@@ -362,7 +378,6 @@ def main(argv=None):
     ckpt.read_header(path)  # a corrupt file fails here, before anything is built
 
     import jax
-    import numpy as np
     header, config, env, act, state = load_policy(path, args.backend, args.seed_index)
     n_steps = args.steps if args.steps is not None else args.episodes * env.episode_length
     out = rollout(env, act, state, jax.random.PRNGKey(args.seed), n_steps)
@@ -376,14 +391,16 @@ def main(argv=None):
               f"{'' if whole else ' (cut short by --steps)'}")
 
     fps = args.fps or 1.0 / env.control_timestep
-    dest = args.out or os.path.join(os.path.dirname(path), f"render_{config.env}__{header['algo']}__"
-                                                          f"seed{args.seed_index}.mp4")
+    dest = args.out or os.path.join(os.path.dirname(path),
+                                    f"render_{config.env}__{header['algo']}__"
+                                    f"seed{args.seed_index}.mp4")
     if not os.path.splitext(dest)[1]:
         dest += ".mp4"
-    frames = Frames(task_models(env, list(out["task"][:n_frames])), args.width, args.height, args.camera,
-                    args.fast)
+    frames = Frames(task_models(env, list(out["task"][:n_frames])), args.width, args.height,
+                    args.camera, args.fast)
     try:
-        drawn = (frames.draw(out["qpos"][t], out["qvel"][t], out["task"][t]) for t in range(n_frames))
+        drawn = (frames.draw(out["qpos"][t], out["qvel"][t], out["task"][t])
+                 for t in range(n_frames))
         gif_path = write_video(dest, drawn, fps, args.gif, n_frames)
     except OSError as e:
         raise UserError(f"cannot write {dest!r} ({e.strerror or e})") from None
