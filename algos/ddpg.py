@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import optax
 
 from common import agent, cli, envs, normalize, replay
-from common.errors import UserError, exit_on_user_error
+from common.errors import exit_on_user_error
 
 
 # ----------------------------------------------------------------------------- Config
@@ -105,9 +105,7 @@ NOISE_TYPES = ("gaussian", "ou")
 def validate(config: Config) -> None:
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
                          "buffer_size", "batch_size", "n_step", "updates_per_step")
-    if config.noise_type not in NOISE_TYPES:
-        raise UserError(f"unknown --noise-type {config.noise_type!r}; "
-                        f"choose one of {', '.join(NOISE_TYPES)}")
+    agent.check_choice(config, "noise_type", NOISE_TYPES)
     agent.check_off_policy(config)
 
 

@@ -353,6 +353,8 @@ def policy_loss(mean, std, target_mean, target_std, actions, q, duals: Duals, hp
     return loss, metrics
 
 
+# ----------------------------------------------------------------------------- Training
+
 def make_train(config: Config) -> agent.Train:
     # The run, in the order it executes (agent.make_runner drives the chunks):
     #   init(key, hp)          one seed's networks, duals, optimisers, envs and empty replay

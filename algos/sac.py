@@ -211,6 +211,8 @@ def alpha_loss(log_alpha, log_prob, target_entropy, mask=1.0):
     return -(mask * log_alpha * jax.lax.stop_gradient(log_prob + target_entropy)).mean()
 
 
+# ----------------------------------------------------------------------------- Training
+
 def make_train(config: Config) -> agent.Train:
     # The run, in the order it executes (agent.make_runner drives the chunks):
     #   init(key, hp)          one seed's networks, optimisers, envs and empty replay

@@ -331,6 +331,13 @@ def check_positive(config, *names: str) -> None:
                             f"got {getattr(config, name)}")
 
 
+def check_choice(config, name: str, choices) -> None:
+    value = getattr(config, name)
+    if value not in choices:
+        raise UserError(f"unknown --{name.replace('_', '-')} {value!r}; "
+                        f"choose one of {', '.join(choices)}")
+
+
 def check_off_policy(config) -> None:
     """What every replay-based agent's config needs besides positive sizes:
     positive hidden widths, a batch no larger than the buffer, and an update
