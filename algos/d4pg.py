@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import agent, envs, normalize, replay
+from common import agent, cli, envs, normalize, replay
 from common.errors import UserError, exit_on_user_error
 
 
@@ -99,6 +99,16 @@ class Config:
     """highest return on the critic's support"""
 
 
+def validate(config: Config) -> None:
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "buffer_size", "batch_size", "n_step", "updates_per_step")
+    if config.num_atoms < 2:
+        raise UserError(f"--num-atoms must be at least 2, got {config.num_atoms}")
+    if not config.v_min < config.v_max:
+        raise UserError(f"--v-min {config.v_min} must be below --v-max {config.v_max}")
+    agent.check_off_policy(config)
+
+
 # ----------------------------------------------------------------------------- Networks
 
 class Actor(nn.Module):
@@ -159,27 +169,7 @@ class TrainState(NamedTuple):
     eval_key: jax.Array
 
 
-def hparams(config: Config) -> HParams:
-    return HParams(*(jnp.asarray(getattr(config, f), jnp.float32) for f in HParams._fields))
-
-
-# ----------------------------------------------------------------------------- Training
-
-def validate(config: Config) -> None:
-    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
-                         "buffer_size", "batch_size", "n_step", "updates_per_step")
-    if config.num_atoms < 2:
-        raise UserError(f"--num-atoms must be at least 2, got {config.num_atoms}")
-    if not config.v_min < config.v_max:
-        raise UserError(f"--v-min {config.v_min} must be below --v-max {config.v_max}")
-    if min(config.hidden_sizes, default=0) <= 0:
-        raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
-    if config.batch_size > config.buffer_size:
-        raise UserError(f"--batch-size {config.batch_size} is larger than --buffer-size {config.buffer_size}")
-    if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
-        raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an update "
-                        f"within --total-timesteps {config.total_timesteps}")
-
+# ----------------------------------------------------------------------------- Algorithm
 
 def categorical_projection(reward, discount, probs, v_min, v_max):
     """Project the distribution of reward + discount * Z onto the support
@@ -210,41 +200,36 @@ def td_target(reward, discount, next_logits, v_min, v_max):
     return categorical_projection(reward, discount, probs, v_min, v_max)
 
 
-def update_period(config: Config) -> Tuple[int, int]:
-    """(updates per iteration, iterations per update); one of them is 1."""
-    per_iter = config.updates_per_step * config.num_envs
-    if per_iter >= 1:
-        if abs(per_iter - round(per_iter)) > 1e-6:
-            raise UserError(f"--updates-per-step x --num-envs must be a whole number, got {per_iter}")
-        return int(round(per_iter)), 1
-    period = 1 / per_iter
-    if abs(period - round(period)) > 1e-6:
-        raise UserError(f"1 / (--updates-per-step x --num-envs) must be a whole number, got {period}")
-    return 1, int(round(period))
+# ----------------------------------------------------------------------------- Training
 
-
-def make_train(config: Config, hooks=None) -> agent.Train:
+def make_train(config: Config) -> agent.Train:
+    # The run, in the order it executes (agent.make_runner drives the chunks):
+    #   init(key, hp)          one seed's networks, optimisers, envs and empty replay
+    #   for each chunk         of L = schedule.chunk_iters; those below start_chunk skipped (resume)
+    #     iteration, L times   every env steps once (uniform random actions during the
+    #                          warm-up), the transitions go to replay, then the due
+    #       update             critic, actor, then both targets
+    #     evaluate             at evaluation chunks and the last
+    #     hooks.log            the chunk's metrics (means over its iterations)
+    #     hooks.checkpoint     the state, at checkpoint chunks and the last
     validate(config)
     env = envs.make(config.env, config.backend)
-    schedule = agent.make_schedule(config, iters_per_step_unit=update_period(config)[1])
-    n_updates, period = update_period(config)
+    n_updates, period = agent.update_period(config)
+    schedule = agent.make_schedule(config, iters_per_step_unit=period)
+    buffer = replay.layout(config, env)
     E, A = config.num_envs, env.action_size
-    rows = max(config.buffer_size // E, config.n_step + 2)
-    n_final = replay.final_slots(rows, env.episode_length)
-    agent.check_memory(config.num_seeds * replay.nbytes(rows, E, env.observation_size, A, n_final),
-                       "the replay buffer")
 
     actor = Actor(config.hidden_sizes, A)
     critic = Critic(config.hidden_sizes, config.critic_layer_norm, config.num_atoms)
-    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    scale, center = (high - low) / 2, (high + low) / 2
-    to_env = lambda a: center + scale * a  # tanh output -> env units
+    actor_tx = lambda hp: agent.adam(hp.actor_lr)  # learning rates are traced (swept)
+    critic_tx = lambda hp: agent.adam(hp.critic_lr)
+    box = agent.action_box(env)  # actor's tanh output [-1, 1] -> env units
     obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
 
     def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
         pool = env.make_pool(k_pool)  # this seed's own initial states
-        hp = hparams(config) if hp is None else hp
+        hp = agent.hparams(HParams, config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
         critic_params = critic.init(k_critic, dummy_obs, dummy_act)
@@ -253,15 +238,37 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             actor_target=actor_params, critic_target=critic_params,
             actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
             env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
-            pool=pool,
-            replay=replay.init(rows, E, env.observation_size, A, n_final),
+            pool=pool, replay=replay.init(*buffer),
             obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
 
-    def actor_tx(hp):
-        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.actor_lr)
+    def iteration(state: TrainState, i):
+        """Every env takes one step; then the due gradient updates."""
+        hp = state.hp
+        key, k_noise, k_random = jax.random.split(state.key, 3)
+        env_state = state.env_state
+        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
+            else state.obs_stats
+        policy = box.to_env(actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs)))
+        noise = jax.random.normal(k_noise, policy.shape) * hp.exploration_noise * box.scale
+        explore = box.clip(policy + noise)
+        random = box.uniform(k_random, policy.shape)
+        warmup = i * E < config.learning_starts
+        action = jnp.where(warmup, random, explore)
 
-    def critic_tx(hp):
-        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.critic_lr)
+        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
+        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
+                         ~next_state.info["invalid"])
+        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
+
+        def learn(state):
+            u = (i // period) * n_updates + jnp.arange(n_updates)
+            state, m = jax.lax.scan(update, state, u)
+            return state, jax.tree.map(jnp.nanmean, m)
+
+        due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
+        state, metrics = jax.lax.cond(due, learn, agent.skipped(learn), state)
+        return state, {**metrics, **agent.episode_metrics(next_state)}
 
     def update(state: TrainState, u):
         """One critic update, one actor update, then both targets."""
@@ -271,9 +278,10 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         obs = obs_in(state.obs_stats, batch.obs)
         next_obs = obs_in(state.obs_stats, batch.next_obs)
 
-        next_action = to_env(actor.apply(state.actor_target, next_obs))
+        next_action = box.to_env(actor.apply(state.actor_target, next_obs))
         target = td_target(batch.reward, batch.discount,
-                           critic.apply(state.critic_target, next_obs, next_action), hp.v_min, hp.v_max)
+                           critic.apply(state.critic_target, next_obs, next_action),
+                           hp.v_min, hp.v_max)
         support = jnp.linspace(hp.v_min, hp.v_max, config.num_atoms)
 
         def critic_loss(params):
@@ -289,7 +297,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
 
         def actor_step(state):
             def actor_loss(params):
-                action = to_env(actor.apply(params, obs))
+                action = box.to_env(actor.apply(params, obs))
                 logits = critic.apply(state.critic_params, obs, action)
                 return -(batch.mask * (jax.nn.softmax(logits) * support).sum(-1)).mean()
 
@@ -306,70 +314,42 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         return state, {"losses/qf_loss": qf_loss, "losses/actor_loss": actor_loss,
                        "losses/qf1_values": q.mean()}
 
-    def iteration(state: TrainState, i):
-        """Every env takes one step; then the due gradient updates."""
-        hp = state.hp
-        key, k_noise, k_random = jax.random.split(state.key, 3)
-        env_state = state.env_state
-        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
-            else state.obs_stats
-        policy = to_env(actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs)))
-        noise = jax.random.normal(k_noise, policy.shape) * hp.exploration_noise * scale
-        explore = jnp.clip(policy + noise, low, high)
-        random = jax.random.uniform(k_random, policy.shape, minval=low, maxval=high)
-        warmup = i * E < config.learning_starts
-        action = jnp.where(warmup, random, explore)
-
-        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
-        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
-                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
-                         ~next_state.info["invalid"])
-        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
-
-        def learn(state):
-            state, m = jax.lax.scan(update, state, (i // period) * n_updates + jnp.arange(n_updates))
-            return state, jax.tree.map(jnp.nanmean, m)
-
-        nan = jnp.full((), jnp.nan, jnp.float32)
-        no_metrics = {"losses/qf_loss": nan, "losses/actor_loss": nan, "losses/qf1_values": nan}
-        due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
-        state, metrics = jax.lax.cond(due, learn, lambda s: (s, no_metrics), state)
-        return state, {**metrics, **agent.episode_metrics(next_state)}
-
     act = make_act(config, env)
 
     def evaluate(state: TrainState, chunk):
-        return agent.evaluate(env, act, state, lambda o: o, jax.random.fold_in(state.eval_key, chunk),
-                              config.eval_episodes)
+        return agent.evaluate(env, act, state, lambda o: o,
+                              jax.random.fold_in(state.eval_key, chunk), config.eval_episodes)
 
-    run = agent.make_runner(schedule, iteration, evaluate, hooks)
-    return agent.Train(env, schedule, init, run, hooks)
+    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate))
 
 
 def make_act(config: Config, env: envs.Env):
     """act(state, obs, key, deterministic) -> action in env units, from the
     train state's actor (observations normalised as in training)."""
     actor = Actor(config.hidden_sizes, env.action_size)
-    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    scale, center = (high - low) / 2, (high + low) / 2
+    box = agent.action_box(env)
 
     def act(state, obs, key, deterministic=True):
         if config.normalize_obs:
             obs = normalize.normalize(state.obs_stats, obs)
-        action = center + scale * actor.apply(state.actor_params, obs)
+        action = box.to_env(actor.apply(state.actor_params, obs))
         if deterministic:
             return action
-        noise = jax.random.normal(key, action.shape) * state.hp.exploration_noise * scale
-        return jnp.clip(action + noise, low, high)
+        noise = jax.random.normal(key, action.shape) * state.hp.exploration_noise * box.scale
+        return box.clip(action + noise)
 
     return act
 
 
 # ----------------------------------------------------------------------------- Main
 
+AGENT = agent.Agent(name="d4pg", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
+                    make_train=make_train, make_act=make_act)
+
+
 @exit_on_user_error
 def main(argv=None):
-    return agent.cli_main("d4pg", Config, make_train, argv)
+    return cli.main(AGENT, argv)
 
 
 if __name__ == "__main__":

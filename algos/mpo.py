@@ -60,8 +60,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import agent, envs, normalize, replay
-from common.errors import UserError, exit_on_user_error
+from common import agent, cli, envs, normalize, replay
+from common.errors import exit_on_user_error
 
 
 # ----------------------------------------------------------------------------- Config
@@ -142,6 +142,15 @@ class Config:
     """layer norm after each hidden layer of the critic"""
     normalize_obs: bool = False
     """normalise observations with running mean/std"""
+
+
+def validate(config: Config) -> None:
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "buffer_size", "batch_size", "n_step", "updates_per_step", "num_samples",
+                         "epsilon", "epsilon_mean", "epsilon_stddev", "epsilon_penalty",
+                         "max_grad_norm", "init_temperature",
+                         "init_alpha_mean", "init_alpha_stddev")
+    agent.check_off_policy(config)
 
 
 # ----------------------------------------------------------------------------- Networks
@@ -235,36 +244,19 @@ class TrainState(NamedTuple):
     eval_key: jax.Array
 
 
-def hparams(config: Config) -> HParams:
-    return HParams(*(jnp.asarray(getattr(config, f), jnp.float32) for f in HParams._fields))
-
-
 def init_duals(hp: HParams, num_constraints: int) -> Duals:
     ones = jnp.ones(num_constraints, jnp.float32)
-    return Duals(inverse_positive(hp.init_temperature), inverse_positive(hp.init_alpha_mean) * ones,
-                 inverse_positive(hp.init_alpha_stddev) * ones, inverse_positive(hp.init_temperature))
+    return Duals(inverse_positive(hp.init_temperature),
+                 inverse_positive(hp.init_alpha_mean) * ones,
+                 inverse_positive(hp.init_alpha_stddev) * ones,
+                 inverse_positive(hp.init_temperature))
 
 
 def project_duals(duals: Duals) -> Duals:
     return jax.tree.map(lambda d: jnp.maximum(d, MIN_DUAL_PARAM), duals)
 
 
-# ----------------------------------------------------------------------------- Training
-
-def validate(config: Config) -> None:
-    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
-                         "buffer_size", "batch_size", "n_step", "updates_per_step", "num_samples",
-                         "epsilon", "epsilon_mean", "epsilon_stddev", "epsilon_penalty",
-                         "max_grad_norm", "init_temperature",
-                         "init_alpha_mean", "init_alpha_stddev")
-    if min(config.hidden_sizes, default=0) <= 0:
-        raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
-    if config.batch_size > config.buffer_size:
-        raise UserError(f"--batch-size {config.batch_size} is larger than --buffer-size {config.buffer_size}")
-    if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
-        raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an update "
-                        f"within --total-timesteps {config.total_timesteps}")
-
+# ----------------------------------------------------------------------------- Algorithm
 
 def td_target(reward, discount, next_q_samples):
     """Expected-value target: the critic averaged over the sampled next
@@ -293,8 +285,8 @@ def e_step(q, temperature, epsilon, mask=None):
     weights = jax.lax.stop_gradient(jax.nn.softmax(tempered, axis=0))
     log_mean_exp = jax.nn.logsumexp(tempered, axis=0) - jnp.log(q.shape[0])
     loss = temperature * (epsilon + batch_mean(log_mean_exp, mask))
-    kl = batch_mean(jnp.sum(weights * (jax.nn.log_softmax(tempered, axis=0) + jnp.log(q.shape[0])), axis=0),
-                    mask)
+    kl = batch_mean(jnp.sum(weights * (jax.nn.log_softmax(tempered, axis=0)
+                                       + jnp.log(q.shape[0])), axis=0), mask)
     return weights, loss, kl
 
 
@@ -332,8 +324,8 @@ def policy_loss(mean, std, target_mean, target_std, actions, q, duals: Duals, hp
     penalty_temperature = positive(duals.penalty_temperature)
     kl_penalty = jnp.zeros(())
     if penalize:
-        penalty_weights, penalty_loss, kl_penalty = e_step(action_cost(actions), penalty_temperature,
-                                                           hp.epsilon_penalty, mask)
+        penalty_weights, penalty_loss, kl_penalty = e_step(
+            action_cost(actions), penalty_temperature, hp.epsilon_penalty, mask)
         weights = weights + penalty_weights
         temperature_loss = temperature_loss + penalty_loss
 
@@ -351,8 +343,9 @@ def policy_loss(mean, std, target_mean, target_std, actions, q, duals: Duals, hp
 
     loss = (nll_mean + nll_stddev + penalty_mean + penalty_stddev
             + temperature_loss + dual_mean + dual_stddev)
-    metrics = {"losses/actor_loss": nll_mean + nll_stddev, "losses/temperature_loss": temperature_loss,
-               "stats/temperature": temperature, "stats/alpha_mean": alpha_mean.mean(),
+    metrics = {"losses/actor_loss": nll_mean + nll_stddev,
+               "losses/temperature_loss": temperature_loss, "stats/temperature": temperature,
+               "stats/alpha_mean": alpha_mean.mean(),
                "stats/alpha_stddev": alpha_stddev.mean(), "stats/kl_weights": kl_weights,
                "stats/kl_mean": kl_mean.sum(), "stats/kl_stddev": kl_stddev.sum(),
                "stats/policy_std": std.mean(), "stats/penalty_temperature": penalty_temperature,
@@ -360,41 +353,33 @@ def policy_loss(mean, std, target_mean, target_std, actions, q, duals: Duals, hp
     return loss, metrics
 
 
-def update_period(config: Config) -> Tuple[int, int]:
-    """(updates per iteration, iterations per update); one of them is 1."""
-    per_iter = config.updates_per_step * config.num_envs
-    if per_iter >= 1:
-        if abs(per_iter - round(per_iter)) > 1e-6:
-            raise UserError(f"--updates-per-step x --num-envs must be a whole number, got {per_iter}")
-        return int(round(per_iter)), 1
-    period = 1 / per_iter
-    if abs(period - round(period)) > 1e-6:
-        raise UserError(f"1 / (--updates-per-step x --num-envs) must be a whole number, got {period}")
-    return 1, int(round(period))
+# ----------------------------------------------------------------------------- Training
 
-
-METRICS = ("losses/qf_loss", "losses/qf1_values", "losses/actor_loss", "losses/temperature_loss",
-           "stats/temperature", "stats/alpha_mean", "stats/alpha_stddev", "stats/kl_weights",
-           "stats/kl_mean", "stats/kl_stddev", "stats/policy_std", "stats/penalty_temperature",
-           "stats/kl_penalty")
-
-
-def make_train(config: Config, hooks=None) -> agent.Train:
+def make_train(config: Config) -> agent.Train:
+    # The run, in the order it executes (agent.make_runner drives the chunks):
+    #   init(key, hp)          one seed's networks, duals, optimisers, envs and empty replay
+    #   for each chunk         of L = schedule.chunk_iters; those below start_chunk skipped (resume)
+    #     iteration, L times   every env steps once (uniform random actions during the
+    #                          warm-up), the transitions go to replay, then the due
+    #       update             critic, E-step and M-step (policy and duals), targets
+    #     evaluate             at evaluation chunks and the last
+    #     hooks.log            the chunk's metrics (means over its iterations)
+    #     hooks.checkpoint     the state, at checkpoint chunks and the last
     validate(config)
     env = envs.make(config.env, config.backend)
-    schedule = agent.make_schedule(config, iters_per_step_unit=update_period(config)[1])
-    n_updates, period = update_period(config)
+    n_updates, period = agent.update_period(config)
+    schedule = agent.make_schedule(config, iters_per_step_unit=period)
+    buffer = replay.layout(config, env)
     E, A, N = config.num_envs, env.action_size, config.num_samples
-    rows = max(config.buffer_size // E, config.n_step + 2)
-    n_final = replay.final_slots(rows, env.episode_length)
-    agent.check_memory(config.num_seeds * replay.nbytes(rows, E, env.observation_size, A, n_final),
-                       "the replay buffer")
 
     actor = Actor(config.hidden_sizes, A)
     critic = Critic(config.hidden_sizes, config.critic_layer_norm)
-    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    scale, center = (high - low) / 2, (high + low) / 2
-    to_env = lambda a: jnp.clip(center + scale * a, low, high)  # policy units -> env units
+    clipped = lambda hp: optax.clip_by_global_norm(hp.max_grad_norm)  # learning rates are traced
+    actor_tx = lambda hp: optax.chain(clipped(hp), agent.adam(hp.actor_lr))
+    critic_tx = lambda hp: optax.chain(clipped(hp), agent.adam(hp.critic_lr))
+    dual_tx = lambda hp: agent.adam(hp.dual_lr)
+    box = agent.action_box(env)
+    to_env = lambda a: box.clip(box.to_env(a))  # policy units -> env units, within the bounds
     obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
 
     def sampled_q(critic_params, obs, actions):
@@ -404,7 +389,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
     def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
         pool = env.make_pool(k_pool)  # this seed's own initial states
-        hp = hparams(config) if hp is None else hp
+        hp = agent.hparams(HParams, config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
         critic_params = critic.init(k_critic, dummy_obs, dummy_act)
@@ -415,20 +400,35 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
             dual_opt=dual_tx(hp).init(duals),
             env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
-            pool=pool,
-            replay=replay.init(rows, E, env.observation_size, A, n_final),
+            pool=pool, replay=replay.init(*buffer),
             obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
 
-    def actor_tx(hp):
-        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm),
-                           optax.inject_hyperparams(optax.adam)(learning_rate=hp.actor_lr))
+    def iteration(state: TrainState, i):
+        """Every env takes one step; then the due gradient updates."""
+        key, k_policy, k_random = jax.random.split(state.key, 3)
+        env_state = state.env_state
+        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
+            else state.obs_stats
+        mean, std = actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs))
+        explore = to_env(distrax.Normal(mean, std).sample(seed=k_policy))
+        random = box.uniform(k_random, explore.shape)
+        warmup = i * E < config.learning_starts
+        action = jnp.where(warmup, random, explore)
 
-    def critic_tx(hp):
-        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm),
-                           optax.inject_hyperparams(optax.adam)(learning_rate=hp.critic_lr))
+        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
+        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
+                         ~next_state.info["invalid"])
+        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
 
-    def dual_tx(hp):
-        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.dual_lr)
+        def learn(state):
+            u = (i // period) * n_updates + jnp.arange(n_updates)
+            state, m = jax.lax.scan(update, state, u)
+            return state, jax.tree.map(jnp.nanmean, m)
+
+        due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
+        state, metrics = jax.lax.cond(due, learn, agent.skipped(learn), state)
+        return state, {**metrics, **agent.episode_metrics(next_state)}
 
     def update(state: TrainState, u):
         """One critic update, then policy and duals (E- and M-step), then targets."""
@@ -460,8 +460,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             return policy_loss(mean, std, target_mean, target_std, actions, q_samples, duals, hp,
                                config.per_dim_constraining, config.action_penalization, batch.mask)
 
-        (_, metrics), (actor_grads, dual_grads) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
-            state.actor_params, state.duals)
+        (_, metrics), (actor_grads, dual_grads) = jax.value_and_grad(
+            loss, argnums=(0, 1), has_aux=True)(state.actor_params, state.duals)
         updates, actor_opt = actor_tx(hp).update(actor_grads, state.actor_opt, state.actor_params)
         actor_params = optax.apply_updates(state.actor_params, updates)
         updates, dual_opt = dual_tx(hp).update(dual_grads, state.dual_opt, state.duals)
@@ -475,42 +475,13 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             critic_target=polyak(state.critic_target, critic_params), key=key)
         return state, {"losses/qf_loss": qf_loss, "losses/qf1_values": q.mean(), **metrics}
 
-    def iteration(state: TrainState, i):
-        """Every env takes one step; then the due gradient updates."""
-        key, k_policy, k_random = jax.random.split(state.key, 3)
-        env_state = state.env_state
-        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
-            else state.obs_stats
-        mean, std = actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs))
-        explore = to_env(distrax.Normal(mean, std).sample(seed=k_policy))
-        random = jax.random.uniform(k_random, explore.shape, minval=low, maxval=high)
-        warmup = i * E < config.learning_starts
-        action = jnp.where(warmup, random, explore)
-
-        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
-        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
-                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
-                         ~next_state.info["invalid"])
-        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
-
-        def learn(state):
-            state, m = jax.lax.scan(update, state, (i // period) * n_updates + jnp.arange(n_updates))
-            return state, jax.tree.map(jnp.nanmean, m)
-
-        nan = jnp.full((), jnp.nan, jnp.float32)
-        no_metrics = {k: nan for k in METRICS}
-        due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
-        state, metrics = jax.lax.cond(due, learn, lambda s: (s, no_metrics), state)
-        return state, {**metrics, **agent.episode_metrics(next_state)}
-
     act = make_act(config, env)
 
     def evaluate(state: TrainState, chunk):
-        return agent.evaluate(env, act, state, lambda o: o, jax.random.fold_in(state.eval_key, chunk),
-                              config.eval_episodes)
+        return agent.evaluate(env, act, state, lambda o: o,
+                              jax.random.fold_in(state.eval_key, chunk), config.eval_episodes)
 
-    run = agent.make_runner(schedule, iteration, evaluate, hooks)
-    return agent.Train(env, schedule, init, run, hooks)
+    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate))
 
 
 def make_act(config: Config, env: envs.Env):
@@ -518,24 +489,27 @@ def make_act(config: Config, env: envs.Env):
     train state's policy (observations normalised as in training): the
     Gaussian's mean when deterministic, else a sample; clipped to the bounds."""
     actor = Actor(config.hidden_sizes, env.action_size)
-    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    scale, center = (high - low) / 2, (high + low) / 2
+    box = agent.action_box(env)
 
     def act(state, obs, key, deterministic=True):
         if config.normalize_obs:
             obs = normalize.normalize(state.obs_stats, obs)
         mean, std = actor.apply(state.actor_params, obs)
         action = mean if deterministic else distrax.Normal(mean, std).sample(seed=key)
-        return jnp.clip(center + scale * action, low, high)
+        return box.clip(box.to_env(action))
 
     return act
 
 
 # ----------------------------------------------------------------------------- Main
 
+AGENT = agent.Agent(name="mpo", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
+                    make_train=make_train, make_act=make_act)
+
+
 @exit_on_user_error
 def main(argv=None):
-    return agent.cli_main("mpo", Config, make_train, argv)
+    return cli.main(AGENT, argv)
 
 
 if __name__ == "__main__":

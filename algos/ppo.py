@@ -27,22 +27,17 @@ suite (mujoco_playground/config/dm_control_suite_params.py, brax_ppo_config:
 unroll 30, discount 0.995, lr 1e-3, entropy cost 1e-2, reward scaling 10,
 observation normalisation, 60M steps; brax/training/agents/ppo: clip 0.3,
 GAE lambda 0.95, a 4x32 policy, a state-independent std starting at 1),
-sized for a CPU: Brax's 2048 envs, 16 epochs and 5x256 value network cost
-about 26 MFLOP per env step, which holds a 2-core machine near 1,200 env
-steps/s; 1024 envs, 4 epochs of 8 minibatches (3,840 transitions each) and a
-2x256 value network cost 16x less and run about 10k env steps/s on
-cheetah_run. On a GPU, flags close to Brax's sizes are
-`--num-envs 2048 --update-epochs 16 --num-minibatches 2 --critic-hidden-sizes
-256 256 256 256 256`: the same minibatch size (30,720 transitions) and 16
-passes, but not the same update phase: Brax collects batch_size x
-num_minibatches = 1024 x 32 unrolls of 30 steps before each update, these
-flags a 61,440-transition rollout. From CleanRL rather than Brax: gradient-norm clipping at
-0.5 (Brax: none), orthogonal initialisation (Brax: lecun uniform) and a plain
-Gaussian clipped at the action bounds (Brax: tanh-squashed).
+sized for a CPU: 1024 envs rather than 2048, 4 epochs of 8 minibatches
+(3,840 transitions each) rather than 16 epochs, and a 2x256 value network
+rather than 5x256 (docs/ppo_sizing.md: the flags close to Brax's sizes, for
+a GPU, and the cost and throughput of both). From CleanRL rather than
+Brax: gradient-norm clipping at 0.5 (Brax: none), orthogonal initialisation
+(Brax: lecun uniform) and a plain Gaussian clipped at the action bounds
+(Brax: tanh-squashed).
 
 Usage:
     python algos/ppo.py --env cheetah_run
-    # CPU-sized (small minibatches, many epochs): >= 996 on 3 of 3 seeds by 800k steps
+    # CPU-sized (small minibatches, many epochs; its results: docs/ppo_sizing.md)
     python algos/ppo.py --env cartpole_balance --num-envs 32 --num-steps 64 \
         --num-minibatches 32 --update-epochs 10 --anneal-lr --normalize-reward --init-log-std -0.5 \
         --actor-hidden-sizes 64 64 --critic-hidden-sizes 64 64 --total-timesteps 800000
@@ -61,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from common import agent, envs, normalize
+from common import agent, cli, envs, normalize
 from common.errors import UserError, exit_on_user_error
 
 
@@ -132,30 +127,36 @@ class Config:
     """initial log std of the Gaussian policy (in units of half the action range)"""
 
 
+def validate(config: Config) -> None:
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "num_steps", "num_minibatches", "update_epochs", "learning_rate",
+                         "clip_coef", "max_grad_norm", "reward_scaling")
+    for name in ("actor_hidden_sizes", "critic_hidden_sizes"):
+        if min(getattr(config, name), default=0) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive widths, "
+                            f"got {getattr(config, name)}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= getattr(config, name) <= 1:
+            raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], "
+                            f"got {getattr(config, name)}")
+    for name in ("ent_coef", "vf_coef"):
+        if getattr(config, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
+    batch = config.num_envs * config.num_steps
+    if batch % config.num_minibatches:
+        raise UserError(f"--num-envs x --num-steps ({batch}) is not divisible by "
+                        f"--num-minibatches {config.num_minibatches}")
+    if config.total_timesteps < batch:
+        raise UserError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout "
+                        f"of {batch} env steps (--num-envs {config.num_envs} x --num-steps "
+                        f"{config.num_steps})")
+
+
 # ----------------------------------------------------------------------------- Networks
 
-def orthogonal(scale: float):
-    """Orthogonal initialisation (Saxe et al. 2014), the same distribution as
-    nn.initializers.orthogonal, by Gram-Schmidt in plain jax.numpy: LAPACK's
-    QR batched by vmap over seeds can deadlock XLA's CPU thread pool."""
-    def init(key, shape, dtype=jnp.float32):
-        rows, cols = shape
-        n, m = max(rows, cols), min(rows, cols)
-        a = jax.random.normal(key, (n, m), jnp.float32)
-
-        def column(j, q):
-            v, earlier = a[:, j], (jnp.arange(m) < j).astype(jnp.float32)
-            for _ in range(2):  # twice is enough for float32 orthogonality
-                v = v - q @ ((q.T @ v) * earlier)
-            return q.at[:, j].set(v / jnp.linalg.norm(v))
-
-        q = jax.lax.fori_loop(0, m, column, jnp.zeros((n, m), jnp.float32))
-        return (scale * (q if rows >= cols else q.T)).astype(dtype)
-    return init
-
-
 def _dense(features: int, scale: float) -> nn.Dense:
-    return nn.Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
+    return nn.Dense(features, kernel_init=agent.orthogonal(scale),
+                    bias_init=nn.initializers.zeros)
 
 
 class Actor(nn.Module):
@@ -246,42 +247,7 @@ class Batch(NamedTuple):
     weight: jnp.ndarray       # 1.0, or 0.0 for a diverged step (no policy or value loss)
 
 
-def hparams(config: Config) -> HParams:
-    return HParams(*(jnp.asarray(getattr(config, f), jnp.float32) for f in HParams._fields))
-
-
-# ----------------------------------------------------------------------------- Training
-
-def validate(config: Config) -> None:
-    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
-                         "num_steps", "num_minibatches", "update_epochs", "learning_rate",
-                         "clip_coef", "max_grad_norm", "reward_scaling")
-    for name in ("actor_hidden_sizes", "critic_hidden_sizes"):
-        if min(getattr(config, name), default=0) <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive widths, got {getattr(config, name)}")
-    for name in ("gamma", "gae_lambda"):
-        if not 0 <= getattr(config, name) <= 1:
-            raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(config, name)}")
-    for name in ("ent_coef", "vf_coef"):
-        if getattr(config, name) < 0:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
-    batch = config.num_envs * config.num_steps
-    if batch % config.num_minibatches:
-        raise UserError(f"--num-envs x --num-steps ({batch}) is not divisible by "
-                        f"--num-minibatches {config.num_minibatches}")
-    if config.total_timesteps < batch:
-        raise UserError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout of "
-                        f"{batch} env steps (--num-envs {config.num_envs} x --num-steps {config.num_steps})")
-
-
-def make_schedule(config: Config) -> agent.Schedule:
-    """The runner's iteration is one rollout: a 'step' of the schedule is
-    num_envs x num_steps env steps. Chunks (logging) of about 1000 env steps,
-    at least one rollout."""
-    rollout = config.num_envs * config.num_steps
-    log_every = rollout * max(1, min(1000, config.total_timesteps) // rollout)
-    return agent.make_schedule(replace(config, num_envs=rollout), log_every=log_every)
-
+# ----------------------------------------------------------------------------- Algorithm
 
 def masked_mean(x, weight):
     return (weight * x).sum() / jnp.maximum(weight.sum(), 1.0)
@@ -320,7 +286,8 @@ def policy_loss(log_prob, old_log_prob, advantage, clip_coef, weight=1.0):
     log_ratio = log_prob - old_log_prob
     ratio = jnp.exp(log_ratio)
     loss = -masked_mean(jnp.minimum(ratio * advantage,
-                                    jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef) * advantage), weight)
+                                    jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef) * advantage),
+                        weight)
     approx_kl = masked_mean((ratio - 1) - log_ratio, weight)
     clipfrac = masked_mean((jnp.abs(ratio - 1) > clip_coef).astype(jnp.float32), weight)
     return loss, (jax.lax.stop_gradient(approx_kl), jax.lax.stop_gradient(clipfrac))
@@ -337,7 +304,26 @@ def value_loss(value, old_value, ret, clip_coef, clip: bool, weight=1.0):
     return 0.5 * masked_mean(err, jnp.broadcast_to(weight, err.shape))
 
 
-def make_train(config: Config, hooks=None) -> agent.Train:
+# ----------------------------------------------------------------------------- Training
+
+def make_schedule(config: Config) -> agent.Schedule:
+    """The runner's iteration is one rollout: a 'step' of the schedule is
+    num_envs x num_steps env steps. Chunks (logging) of about 1000 env steps,
+    at least one rollout."""
+    rollout = config.num_envs * config.num_steps
+    log_every = rollout * max(1, min(1000, config.total_timesteps) // rollout)
+    return agent.make_schedule(replace(config, num_envs=rollout), log_every=log_every)
+
+
+def make_train(config: Config) -> agent.Train:
+    # The run, in the order it executes (agent.make_runner drives the chunks):
+    #   init(key, hp)          one seed's networks, optimiser and envs
+    #   for each chunk         of L = schedule.chunk_iters; those below start_chunk skipped (resume)
+    #     iteration, L times   a rollout of num_steps in every env, GAE, then
+    #       learn              update_epochs passes of num_minibatches updates (loss_fn)
+    #     evaluate             at evaluation chunks and the last
+    #     hooks.log            the chunk's metrics (means over its iterations)
+    #     hooks.checkpoint     the state, at checkpoint chunks and the last
     validate(config)
     env = envs.make(config.env, config.backend)
     schedule = make_schedule(config)
@@ -349,18 +335,17 @@ def make_train(config: Config, hooks=None) -> agent.Train:
 
     actor = Actor(config.actor_hidden_sizes, A)
     critic = Critic(config.critic_hidden_sizes)
-    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    scale, center = (high - low) / 2, (high + low) / 2
-    to_env = lambda a: center + scale * jnp.clip(a, -1.0, 1.0)  # policy units -> env units
+    # one optimiser for actor and critic together; learn() applies the (annealed) learning rate
+    tx = lambda hp: optax.chain(optax.clip_by_global_norm(hp.max_grad_norm),
+                                optax.scale_by_adam(eps=1e-5))
+    box = agent.action_box(env)
+    to_env = lambda a: box.to_env(jnp.clip(a, -1.0, 1.0))  # policy units -> env units
     obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
-
-    def tx(hp):
-        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.scale_by_adam(eps=1e-5))
 
     def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
         pool = env.make_pool(k_pool)  # this seed's own initial states
-        hp = hparams(config) if hp is None else hp
+        hp = agent.hparams(HParams, config) if hp is None else hp
         dummy_obs = jnp.zeros(D)
         actor_params = actor.init(k_actor, dummy_obs)
         actor_params["params"]["log_std"] = jnp.full(A, hp.init_log_std)
@@ -372,6 +357,29 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             pool=pool,
             obs_stats=normalize.init(D), return_stats=normalize.init(1),
             returns=jnp.zeros(E, jnp.float32), hp=hp, key=key, eval_key=k_eval)
+
+    def iteration(state: TrainState, i):
+        """One rollout, GAE, then update_epochs x num_minibatches updates."""
+        hp = state.hp
+        key, k_rollout, k_learn = jax.random.split(state.key, 3)
+        state, data, new_stats, episodes = rollout(state._replace(key=key), k_rollout)
+        adv, ret = gae(data.reward, data.value, data.next_value, data.terminated, data.done,
+                       hp.gamma, hp.gae_lambda, data.valid)
+        flat = lambda x: x.reshape(N, *x.shape[2:])
+        batch = Batch(flat(data.obs), flat(data.action), flat(data.log_prob), flat(data.value),
+                      flat(adv), flat(ret), flat(data.valid.astype(jnp.float32)))
+        frac = 1.0 - i.astype(jnp.float32) / num_iterations if config.anneal_lr else 1.0
+        lr = hp.learning_rate * frac
+        state, metrics = learn(state, batch, k_learn, lr)
+        state = state._replace(obs_stats=new_stats)
+        var_ret = jnp.var(ret)
+        metrics.update({
+            "losses/explained_variance": jnp.where(
+                var_ret > 0, 1 - jnp.var(ret - data.value) / var_ret, jnp.nan),
+            "stats/learning_rate": lr * jnp.ones(()),
+            "stats/action_std": jnp.exp(state.actor_params["params"]["log_std"]).mean(),
+        })
+        return state, {**metrics, **episodes}
 
     def rollout(state: TrainState, key):
         """num_steps steps of every env with the current policy and fixed
@@ -385,8 +393,10 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
             log_prob = gaussian_log_prob(action, mean, log_std)
             value = critic.apply(state.critic_params, obs)
-            next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, to_env(action), state.pool)
-            next_value = critic.apply(state.critic_params, obs_in(stats, next_state.info["final_obs"]))
+            next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, to_env(action),
+                                                                   state.pool)
+            next_value = critic.apply(state.critic_params,
+                                      obs_in(stats, next_state.info["final_obs"]))
             done = next_state.terminated | next_state.truncated
             reward = next_state.reward
             if config.normalize_reward:
@@ -394,34 +404,18 @@ def make_train(config: Config, hooks=None) -> agent.Train:
                 return_stats = normalize.update(return_stats, returns[:, None])
                 reward = reward / jnp.sqrt(return_stats.var[0] + 1e-8)
                 returns = jnp.where(done, 0.0, returns)
-            new_stats = normalize.update(new_stats, env_state.obs) if config.normalize_obs else new_stats
+            if config.normalize_obs:
+                new_stats = normalize.update(new_stats, env_state.obs)
             data = Rollout(obs, action, log_prob, value, next_value, reward * hp.reward_scaling,
                            next_state.terminated, done, ~next_state.info["invalid"])
-            return (next_state, return_stats, returns, new_stats), (data, agent.episode_metrics(next_state))
+            return ((next_state, return_stats, returns, new_stats),
+                    (data, agent.episode_metrics(next_state)))
 
         carry = (state.env_state, state.return_stats, state.returns, stats)
         (env_state, return_stats, returns, new_stats), (data, episodes) = jax.lax.scan(
             step, carry, jax.random.split(key, T))
         state = state._replace(env_state=env_state, return_stats=return_stats, returns=returns)
         return state, data, new_stats, jax.tree.map(lambda x: x.sum(0), episodes)
-
-    def loss_fn(params, mb: Batch, hp: HParams):
-        actor_params, critic_params = params
-        mean, log_std = actor.apply(actor_params, mb.obs)
-        log_prob = gaussian_log_prob(mb.action, mean, log_std)
-        adv = mb.advantage
-        if config.norm_adv:  # statistics of the valid steps
-            mean = masked_mean(adv, mb.weight)
-            adv = (adv - mean) / (jnp.sqrt(masked_mean((adv - mean) ** 2, mb.weight)) + 1e-8)
-        pg_loss, (approx_kl, clipfrac) = policy_loss(log_prob, mb.log_prob, adv, hp.clip_coef,
-                                                     mb.weight)
-        v_loss = value_loss(critic.apply(critic_params, mb.obs), mb.value, mb.ret, hp.clip_coef,
-                            config.clip_vloss, mb.weight)
-        entropy = gaussian_entropy(log_std).mean()
-        loss = pg_loss - hp.ent_coef * entropy + hp.vf_coef * v_loss
-        return loss, {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss,
-                      "losses/entropy": entropy, "losses/approx_kl": approx_kl,
-                      "losses/clipfrac": clipfrac}
 
     def learn(state: TrainState, batch: Batch, key, lr):
         hp = state.hp
@@ -444,37 +438,31 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         state = state._replace(actor_params=params[0], critic_params=params[1], opt=opt)
         return state, jax.tree.map(jnp.mean, metrics)
 
-    def iteration(state: TrainState, i):
-        """One rollout, GAE, then update_epochs x num_minibatches updates."""
-        hp = state.hp
-        key, k_rollout, k_learn = jax.random.split(state.key, 3)
-        state, data, new_stats, episodes = rollout(state._replace(key=key), k_rollout)
-        adv, ret = gae(data.reward, data.value, data.next_value, data.terminated, data.done,
-                       hp.gamma, hp.gae_lambda, data.valid)
-        flat = lambda x: x.reshape(N, *x.shape[2:])
-        batch = Batch(flat(data.obs), flat(data.action), flat(data.log_prob), flat(data.value),
-                      flat(adv), flat(ret), flat(data.valid.astype(jnp.float32)))
-        frac = 1.0 - i.astype(jnp.float32) / num_iterations if config.anneal_lr else 1.0
-        lr = hp.learning_rate * frac
-        state, metrics = learn(state, batch, k_learn, lr)
-        state = state._replace(obs_stats=new_stats)
-        var_ret = jnp.var(ret)
-        metrics.update({
-            "losses/explained_variance": jnp.where(var_ret > 0, 1 - jnp.var(ret - data.value) / var_ret,
-                                                   jnp.nan),
-            "stats/learning_rate": lr * jnp.ones(()),
-            "stats/action_std": jnp.exp(state.actor_params["params"]["log_std"]).mean(),
-        })
-        return state, {**metrics, **episodes}
+    def loss_fn(params, mb: Batch, hp: HParams):
+        actor_params, critic_params = params
+        mean, log_std = actor.apply(actor_params, mb.obs)
+        log_prob = gaussian_log_prob(mb.action, mean, log_std)
+        adv = mb.advantage
+        if config.norm_adv:  # statistics of the valid steps
+            mean = masked_mean(adv, mb.weight)
+            adv = (adv - mean) / (jnp.sqrt(masked_mean((adv - mean) ** 2, mb.weight)) + 1e-8)
+        pg_loss, (approx_kl, clipfrac) = policy_loss(log_prob, mb.log_prob, adv, hp.clip_coef,
+                                                     mb.weight)
+        v_loss = value_loss(critic.apply(critic_params, mb.obs), mb.value, mb.ret, hp.clip_coef,
+                            config.clip_vloss, mb.weight)
+        entropy = gaussian_entropy(log_std).mean()
+        loss = pg_loss - hp.ent_coef * entropy + hp.vf_coef * v_loss
+        return loss, {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss,
+                      "losses/entropy": entropy, "losses/approx_kl": approx_kl,
+                      "losses/clipfrac": clipfrac}
 
     act = make_act(config, env)
 
     def evaluate(state: TrainState, chunk):
-        return agent.evaluate(env, act, state, lambda o: o, jax.random.fold_in(state.eval_key, chunk),
-                              config.eval_episodes)
+        return agent.evaluate(env, act, state, lambda o: o,
+                              jax.random.fold_in(state.eval_key, chunk), config.eval_episodes)
 
-    run = agent.make_runner(schedule, iteration, evaluate, hooks)
-    return agent.Train(env, schedule, init, run, hooks)
+    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate))
 
 
 def make_act(config: Config, env: envs.Env):
@@ -482,8 +470,7 @@ def make_act(config: Config, env: envs.Env):
     train state's policy (observations normalised as in training): the mean,
     or a Gaussian sample, clipped to the action bounds."""
     actor = Actor(config.actor_hidden_sizes, env.action_size)
-    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    scale, center = (high - low) / 2, (high + low) / 2
+    box = agent.action_box(env)
 
     def act(state, obs, key, deterministic=True):
         if config.normalize_obs:
@@ -491,16 +478,20 @@ def make_act(config: Config, env: envs.Env):
         mean, log_std = actor.apply(state.actor_params, obs)
         if not deterministic:
             mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-        return center + scale * jnp.clip(mean, -1.0, 1.0)
+        return box.to_env(jnp.clip(mean, -1.0, 1.0))
 
     return act
 
 
 # ----------------------------------------------------------------------------- Main
 
+AGENT = agent.Agent(name="ppo", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
+                    make_train=make_train, make_act=make_act)
+
+
 @exit_on_user_error
 def main(argv=None):
-    return agent.cli_main("ppo", Config, make_train, argv)
+    return cli.main(AGENT, argv)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import agent, envs, normalize, replay
-from common.errors import UserError, exit_on_user_error
+from common import agent, cli, envs, normalize, replay
+from common.errors import exit_on_user_error
 
 
 # ----------------------------------------------------------------------------- Config
@@ -97,6 +97,12 @@ class Config:
     """layer norm after each hidden layer of the critics"""
     normalize_obs: bool = False
     """normalise observations with running mean/std"""
+
+
+def validate(config: Config) -> None:
+    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
+                         "buffer_size", "batch_size", "n_step", "updates_per_step", "init_alpha")
+    agent.check_off_policy(config)
 
 
 # ----------------------------------------------------------------------------- Networks
@@ -187,23 +193,8 @@ class TrainState(NamedTuple):
     eval_key: jax.Array
 
 
-def hparams(config: Config) -> HParams:
-    return HParams(*(jnp.asarray(getattr(config, f), jnp.float32) for f in HParams._fields))
 
-
-# ----------------------------------------------------------------------------- Training
-
-def validate(config: Config) -> None:
-    agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
-                         "buffer_size", "batch_size", "n_step", "updates_per_step", "init_alpha")
-    if min(config.hidden_sizes, default=0) <= 0:
-        raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
-    if config.batch_size > config.buffer_size:
-        raise UserError(f"--batch-size {config.batch_size} is larger than --buffer-size {config.buffer_size}")
-    if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
-        raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an update "
-                        f"within --total-timesteps {config.total_timesteps}")
-
+# ----------------------------------------------------------------------------- Algorithm
 
 def soft_td_target(reward, discount, twin_next_q, next_log_prob, alpha):
     """Clipped double-Q with the entropy bonus at the bootstrap state:
@@ -220,35 +211,31 @@ def alpha_loss(log_alpha, log_prob, target_entropy, mask=1.0):
     return -(mask * log_alpha * jax.lax.stop_gradient(log_prob + target_entropy)).mean()
 
 
-def update_period(config: Config) -> Tuple[int, int]:
-    """(updates per iteration, iterations per update); one of them is 1."""
-    per_iter = config.updates_per_step * config.num_envs
-    if per_iter >= 1:
-        if abs(per_iter - round(per_iter)) > 1e-6:
-            raise UserError(f"--updates-per-step x --num-envs must be a whole number, got {per_iter}")
-        return int(round(per_iter)), 1
-    period = 1 / per_iter
-    if abs(period - round(period)) > 1e-6:
-        raise UserError(f"1 / (--updates-per-step x --num-envs) must be a whole number, got {period}")
-    return 1, int(round(period))
+# ----------------------------------------------------------------------------- Training
 
-
-def make_train(config: Config, hooks=None) -> agent.Train:
+def make_train(config: Config) -> agent.Train:
+    # The run, in the order it executes (agent.make_runner drives the chunks):
+    #   init(key, hp)          one seed's networks, optimisers, envs and empty replay
+    #   for each chunk         of L = schedule.chunk_iters; those below start_chunk skipped (resume)
+    #     iteration, L times   every env steps once (uniform random actions during the
+    #                          warm-up), the transitions go to replay, then the due
+    #       update             critic, actor, temperature, then the target critics
+    #     evaluate             at evaluation chunks and the last
+    #     hooks.log            the chunk's metrics (means over its iterations)
+    #     hooks.checkpoint     the state, at checkpoint chunks and the last
     validate(config)
     env = envs.make(config.env, config.backend)
-    schedule = agent.make_schedule(config, iters_per_step_unit=update_period(config)[1])
-    n_updates, period = update_period(config)
+    n_updates, period = agent.update_period(config)
+    schedule = agent.make_schedule(config, iters_per_step_unit=period)
+    buffer = replay.layout(config, env)
     E, A = config.num_envs, env.action_size
-    rows = max(config.buffer_size // E, config.n_step + 2)
-    n_final = replay.final_slots(rows, env.episode_length)
-    agent.check_memory(config.num_seeds * replay.nbytes(rows, E, env.observation_size, A, n_final),
-                       "the replay buffer")
 
     actor = Actor(config.hidden_sizes, A)
     critic = TwinCritic(config.hidden_sizes, config.critic_layer_norm)
-    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    scale, center = (high - low) / 2, (high + low) / 2
-    to_env = lambda a: center + scale * a  # tanh output -> env units
+    actor_tx = lambda hp: agent.adam(hp.actor_lr)  # learning rates are traced (swept)
+    critic_tx = lambda hp: agent.adam(hp.critic_lr)
+    alpha_tx = lambda hp: agent.adam(hp.alpha_lr)
+    box = agent.action_box(env)  # squashed sample [-1, 1] -> env units
     obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
 
     def policy_sample(params, obs, key):
@@ -258,7 +245,7 @@ def make_train(config: Config, hooks=None) -> agent.Train:
     def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
         pool = env.make_pool(k_pool)  # this seed's own initial states
-        hp = hparams(config) if hp is None else hp
+        hp = agent.hparams(HParams, config) if hp is None else hp
         dummy_obs, dummy_act = jnp.zeros(env.observation_size), jnp.zeros(A)
         actor_params = actor.init(k_actor, dummy_obs)
         critic_params = critic.init(k_critic, dummy_obs, dummy_act)
@@ -269,18 +256,35 @@ def make_train(config: Config, hooks=None) -> agent.Train:
             actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
             alpha_opt=alpha_tx(hp).init(log_alpha),
             env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
-            pool=pool,
-            replay=replay.init(rows, E, env.observation_size, A, n_final),
+            pool=pool, replay=replay.init(*buffer),
             obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
 
-    def actor_tx(hp):
-        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.actor_lr)
+    def iteration(state: TrainState, i):
+        """Every env takes one step; then the due gradient updates."""
+        key, k_policy, k_random = jax.random.split(state.key, 3)
+        env_state = state.env_state
+        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
+            else state.obs_stats
+        explore = box.to_env(policy_sample(state.actor_params, obs_in(obs_stats, env_state.obs),
+                                           k_policy)[0])
+        random = box.uniform(k_random, explore.shape)
+        warmup = i * E < config.learning_starts
+        action = jnp.where(warmup, random, explore)
 
-    def critic_tx(hp):
-        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.critic_lr)
+        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
+        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
+                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
+                         ~next_state.info["invalid"])
+        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
 
-    def alpha_tx(hp):
-        return optax.inject_hyperparams(optax.adam)(learning_rate=hp.alpha_lr)
+        def learn(state):
+            u = (i // period) * n_updates + jnp.arange(n_updates)
+            state, m = jax.lax.scan(update, state, u)
+            return state, jax.tree.map(jnp.nanmean, m)
+
+        due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
+        state, metrics = jax.lax.cond(due, learn, agent.skipped(learn), state)
+        return state, {**metrics, **agent.episode_metrics(next_state)}
 
     def update(state: TrainState, u):
         """One critic update, then actor, temperature and target updates."""
@@ -292,9 +296,8 @@ def make_train(config: Config, hooks=None) -> agent.Train:
         alpha = jnp.exp(state.log_alpha)
 
         next_action, next_log_prob = policy_sample(state.actor_params, next_obs, k_next)
-        target = soft_td_target(batch.reward, batch.discount,
-                                critic.apply(state.critic_target, next_obs, to_env(next_action)),
-                                next_log_prob, alpha)
+        next_q = critic.apply(state.critic_target, next_obs, box.to_env(next_action))
+        target = soft_td_target(batch.reward, batch.discount, next_q, next_log_prob, alpha)
 
         def critic_loss(params):
             q = critic.apply(params, obs, batch.action)
@@ -306,17 +309,19 @@ def make_train(config: Config, hooks=None) -> agent.Train:
 
         def actor_loss(params):
             action, log_prob = policy_sample(params, obs, k_pi)
-            q_pi = critic.apply(critic_params, obs, to_env(action)).min(0)
+            q_pi = critic.apply(critic_params, obs, box.to_env(action)).min(0)
             return (batch.mask * (alpha * log_prob - q_pi)).mean(), log_prob
 
-        (pi_loss, log_prob), grads = jax.value_and_grad(actor_loss, has_aux=True)(state.actor_params)
+        (pi_loss, log_prob), grads = jax.value_and_grad(actor_loss, has_aux=True)(
+            state.actor_params)
         updates, actor_opt = actor_tx(hp).update(grads, state.actor_opt, state.actor_params)
         actor_params = optax.apply_updates(state.actor_params, updates)
 
         a_loss, grad = jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob,
                                                       hp.target_entropy_per_dim * A, batch.mask)
         updates, alpha_opt = alpha_tx(hp).update(grad, state.alpha_opt, state.log_alpha)
-        log_alpha = optax.apply_updates(state.log_alpha, updates) if config.autotune else state.log_alpha
+        log_alpha = optax.apply_updates(state.log_alpha, updates) if config.autotune \
+            else state.log_alpha
 
         polyak = lambda t, p: optax.incremental_update(p, t, hp.tau)
         state = state._replace(
@@ -327,43 +332,13 @@ def make_train(config: Config, hooks=None) -> agent.Train:
                        "losses/qf1_values": q[0].mean(), "losses/alpha": alpha,
                        "losses/alpha_loss": a_loss, "stats/entropy": -log_prob.mean()}
 
-    def iteration(state: TrainState, i):
-        """Every env takes one step; then the due gradient updates."""
-        key, k_policy, k_random = jax.random.split(state.key, 3)
-        env_state = state.env_state
-        obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
-            else state.obs_stats
-        explore = to_env(policy_sample(state.actor_params, obs_in(obs_stats, env_state.obs),
-                                       k_policy)[0])
-        random = jax.random.uniform(k_random, explore.shape, minval=low, maxval=high)
-        warmup = i * E < config.learning_starts
-        action = jnp.where(warmup, random, explore)
-
-        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
-        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
-                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
-                         ~next_state.info["invalid"])
-        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
-
-        def learn(state):
-            state, m = jax.lax.scan(update, state, (i // period) * n_updates + jnp.arange(n_updates))
-            return state, jax.tree.map(jnp.nanmean, m)
-
-        nan = jnp.full((), jnp.nan, jnp.float32)
-        no_metrics = {k: nan for k in ("losses/qf_loss", "losses/actor_loss", "losses/qf1_values",
-                                       "losses/alpha", "losses/alpha_loss", "stats/entropy")}
-        due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
-        state, metrics = jax.lax.cond(due, learn, lambda s: (s, no_metrics), state)
-        return state, {**metrics, **agent.episode_metrics(next_state)}
-
     act = make_act(config, env)
 
     def evaluate(state: TrainState, chunk):
-        return agent.evaluate(env, act, state, lambda o: o, jax.random.fold_in(state.eval_key, chunk),
-                              config.eval_episodes)
+        return agent.evaluate(env, act, state, lambda o: o,
+                              jax.random.fold_in(state.eval_key, chunk), config.eval_episodes)
 
-    run = agent.make_runner(schedule, iteration, evaluate, hooks)
-    return agent.Train(env, schedule, init, run, hooks)
+    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate))
 
 
 def make_act(config: Config, env: envs.Env):
@@ -371,25 +346,28 @@ def make_act(config: Config, env: envs.Env):
     train state's actor (observations normalised as in training):
     tanh(mean) when deterministic, else a sample of the squashed Gaussian."""
     actor = Actor(config.hidden_sizes, env.action_size)
-    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
-    scale, center = (high - low) / 2, (high + low) / 2
+    box = agent.action_box(env)
 
     def act(state, obs, key, deterministic=True):
         if config.normalize_obs:
             obs = normalize.normalize(state.obs_stats, obs)
         mean, log_std = actor.apply(state.actor_params, obs)
         if deterministic:
-            return center + scale * jnp.tanh(mean)
-        return center + scale * squashed_gaussian(mean, log_std).sample(seed=key)
+            return box.to_env(jnp.tanh(mean))
+        return box.to_env(squashed_gaussian(mean, log_std).sample(seed=key))
 
     return act
 
 
 # ----------------------------------------------------------------------------- Main
 
+AGENT = agent.Agent(name="sac", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
+                    make_train=make_train, make_act=make_act)
+
+
 @exit_on_user_error
 def main(argv=None):
-    return agent.cli_main("sac", Config, make_train, argv)
+    return cli.main(AGENT, argv)
 
 
 if __name__ == "__main__":

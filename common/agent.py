@@ -1,43 +1,60 @@
-"""The agent protocol: what every algos/<name>.py shares.
+"""The agent protocol, the run around an agent's loop, and the parts of
+every algos/<name>.py that carry no algorithmic meaning.
 
-Each script provides `Config` (frozen dataclass, tyro), `make_train(config)`
-returning `train(key)`, `make_act(config, env)` and `main()`. This module
-holds the parts that are the same for all of them:
+Protocol: each script declares, once, at its end,
+`AGENT = agent.Agent(name, __doc__, Config, HParams, validate, make_train,
+make_act)`, and its `main()` is `cli.main(AGENT, argv)` (common/cli.py).
+Tools reach an agent only through these names.
 
+- `Train`: what `make_train(config)` returns; `train(key, hp=None)` is one
+  seed's whole run, vmapped and jitted by the caller.
 - `Schedule`: the run cut into chunks of iterations; logs, evaluations and
   checkpoints happen at chunk ends.
-- `make_runner`: the whole run as one XLA program, `run(state, start_chunk)`,
-  a scan over chunks. A chunk below `start_chunk` is skipped, so a resumed
-  run executes the very same compiled program as an uninterrupted one.
+- `make_runner`: the whole run as one XLA program,
+  `run(state, start_chunk=0, hooks=None, member=None)`, a scan over chunks.
+  A chunk below `start_chunk` is skipped, so a resumed run executes the very
+  same compiled program as an uninterrupted one.
 - `evaluate`: deterministic-policy episodes with fixed keys.
-- `cli_main`: parse, validate, train, log, checkpoint, resume; user
-  mistakes end with one line and exit status 2. It trains every member
-  (seeds x sweep combinations, scripts/sweep.py) in one program, sharded
-  over the devices when JAX sees several (common/parallel.py), after
-  checking that the members' states fit in memory.
+- Building blocks: `hparams`, `adam`, `ActionBox`, `update_period`,
+  `skipped`, `orthogonal`, the config checks.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import os
-import shutil
-import sys
-import threading
-import time
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+import optax
 
-from common import checkpoint as ckpt
 from common.errors import UserError
-from common.logging import RunLogger, host_call, run_name
+from common.logging import host_call
 
-SHARED_FIELDS = ("env", "backend", "num_envs", "num_seeds", "total_timesteps", "seed", "eval_every",
-                 "eval_episodes", "log_dir", "checkpoint_every", "resume")
+# --------------------------------------------------------------------------- protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """What an algos/<name>.py provides, declared in one place (its `AGENT`)."""
+    name: str                                 # "td3": run directories, checkpoint headers
+    doc: str                                  # the module docstring, heading --help
+    Config: type                              # frozen dataclass for tyro, a help line per field
+    HParams: type                             # NamedTuple of the traced float hyperparameters
+    validate: Callable[[Any], None]           # validate(config): UserError before any work
+    make_train: Callable[[Any], Train]        # make_train(config) -> Train
+    make_act: Callable[[Any, Any], Callable]  # make_act(config, env) -> act(state, obs, key, det)
+
+    def hparams(self, config) -> Any:
+        """This agent's HParams as `config` sets them."""
+        return hparams(self.HParams, config)
+
+
+class Hooks(NamedTuple):
+    """Host functions called from inside the compiled run, at chunk ends:
+    log(lead, step, metrics[, member]) and checkpoint(lead, chunk, state[, member])
+    (lead: the vmapped batch shape; member: given to `run`)."""
+    log: Callable[..., None]
+    checkpoint: Callable[..., None]
 
 
 class Schedule(NamedTuple):
@@ -56,6 +73,39 @@ class Schedule(NamedTuple):
         return self.num_chunks * self.steps_per_chunk
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Train:
+    """What `make_train(config)` returns: one seed's whole run, as a function.
+
+    `train(key, hp=None) -> (state, history)` runs it all (acting, physics,
+    replay, learning, evaluation) as one traced program; vmap and jit it:
+
+        jax.jit(jax.vmap(make_train(config)))(keys)    # seeds
+        jax.jit(jax.vmap(train))(keys, hps)            # seeds and hyperparameters
+
+    Its parts serve the CLI and tools:
+    - `env`: the task (sizes, action bounds, backend);
+    - `schedule`: the chunks (logs, evaluations, checkpoints);
+    - `init(key, hp=None) -> state`: one seed's train state; `hp` (the
+      agent's HParams, default: its config's values) sets the traced floats;
+    - `run(state, start_chunk=0, hooks=None, member=None) -> (state, history)`:
+      the chunks from `start_chunk` on (a resumed run skips the earlier ones
+      in the same program); `hooks` (Hooks of host functions: static, so
+      close over them before jitting) receive logs and checkpoints; `member`,
+      this member's global index, is passed on to them (parallel.Gather).
+      `history` holds one scalar per chunk and metric."""
+    env: Any
+    schedule: Schedule
+    init: Callable[..., Any]
+    run: Callable[..., Tuple[Any, Dict[str, jnp.ndarray]]]
+
+    def __call__(self, key: jax.Array, hp=None):
+        return self.run(self.init(key, hp))
+
+
+# --------------------------------------------------------------------------- the run
+
+
 def make_schedule(config, log_every: int = 1000, iters_per_step_unit: int = 1) -> Schedule:
     """Chunks of about `log_every` env steps; eval/checkpoint intervals
     rounded to whole chunks. `iters_per_step_unit`: iterations must be a
@@ -72,21 +122,12 @@ def make_schedule(config, log_every: int = 1000, iters_per_step_unit: int = 1) -
         raise UserError(f"--total-timesteps {config.total_timesteps} is smaller than one chunk of "
                         f"{steps_per_chunk} env steps ({config.num_envs} envs)")
     num_chunks = config.total_timesteps // steps_per_chunk
-    every = lambda n: 0 if n == 0 else max(1, round(n / steps_per_chunk))
+
+    def every(n: int) -> int:
+        return 0 if n == 0 else max(1, round(n / steps_per_chunk))
+
     return Schedule(config.num_envs, chunk_iters, num_chunks, every(config.eval_every),
                     every(config.checkpoint_every))
-
-
-def check_positive(config, *names: str) -> None:
-    for name in names:
-        if getattr(config, name) <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive, got {getattr(config, name)}")
-
-
-class Hooks(NamedTuple):
-    """Host functions called from inside the compiled run."""
-    log: Callable[[tuple, Any, Dict[str, np.ndarray]], None]
-    checkpoint: Callable[[tuple, Any, Any], None]
 
 
 def _reduce(metrics: Dict[str, jnp.ndarray]) -> Dict[str, jnp.ndarray]:
@@ -109,9 +150,13 @@ def episode_metrics(env_state) -> Dict[str, jnp.ndarray]:
             "sum/length": (done * env_state.info["episode_length"]).sum()}
 
 
-def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
-                hooks: Optional[Hooks]) -> Callable:
-    """run(state, start_chunk) -> (state, history): the scan over chunks.
+def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable) -> Callable:
+    """run(state, start_chunk=0, hooks=None, member=None) -> (state, history):
+    the scan over chunks. For each chunk c (skipped if c < start_chunk):
+    `iteration` scanned over its iterations, their metrics reduced to one
+    scalar each, `evaluate` at evaluation chunks and the last (NaN
+    elsewhere), then, with hooks, log every chunk and checkpoint at
+    checkpoint chunks and the last.
 
     iteration(state, i) -> (state, metrics) with i the global iteration index
     (unbatched under vmap, so conds on it stay real branches).
@@ -131,7 +176,7 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
         m["eval/episode_return"] = jnp.zeros((), jnp.float32)
         return m
 
-    def run(state, start_chunk, member=None):
+    def run(state, start_chunk=0, hooks: Optional[Hooks] = None, member=None):
         extra = () if member is None else (member,)
         nan_metrics = jax.tree.map(lambda _: jnp.full((), jnp.nan, jnp.float32),
                                    jax.eval_shape(metrics_of, state))
@@ -141,7 +186,8 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
             state, metrics = jax.lax.scan(iteration, state, c * L + jnp.arange(L))
             metrics = _reduce(metrics)
             last = c == schedule.num_chunks - 1
-            is_eval = last | ((schedule.eval_every > 0) & ((c + 1) % max(schedule.eval_every, 1) == 0))
+            is_eval = last | ((schedule.eval_every > 0)
+                              & ((c + 1) % max(schedule.eval_every, 1) == 0))
             metrics["eval/episode_return"] = jax.lax.cond(
                 is_eval, evaluate, lambda s, c: jnp.full((), jnp.nan, jnp.float32), state, c)
             if hooks is not None:
@@ -155,7 +201,8 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable,
             return (state, token), metrics
 
         def chunk(carry, c):
-            return jax.lax.cond(c >= start_chunk, do, lambda carry, c: (carry, nan_metrics), carry, c)
+            return jax.lax.cond(c >= start_chunk, do, lambda carry, c: (carry, nan_metrics),
+                                carry, c)
 
         (state, token), history = jax.lax.scan(chunk, (state, jnp.zeros((), jnp.int32)),
                                                jnp.arange(schedule.num_chunks))
@@ -181,11 +228,129 @@ def evaluate(env, act: Callable, params, obs_transform: Callable, key: jax.Array
         state = jax.vmap(env.step, in_axes=(0, 0, None))(state, action, pool)
         return (state, total + state.reward), None
 
-    (_, total), _ = jax.lax.scan(step, (state, jnp.zeros(episodes)), None, length=env.episode_length)
+    (_, total), _ = jax.lax.scan(step, (state, jnp.zeros(episodes)), None,
+                                 length=env.episode_length)
     return total.mean()
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- building blocks
+
+
+def hparams(hparams_cls, config):
+    """An agent's HParams from its config: each field the config's value of
+    that name as a float32 array (traced in the program, so vmappable)."""
+    return hparams_cls(*(jnp.asarray(getattr(config, f), jnp.float32)
+                         for f in hparams_cls._fields))
+
+
+def adam(learning_rate) -> optax.GradientTransformation:
+    """optax.adam with its learning rate kept in the optimiser state
+    (inject_hyperparams), so that it can be a traced, swept value."""
+    return optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
+
+
+class ActionBox(NamedTuple):
+    """An env's action bounds [low, high] and the affine map to them from
+    policy units [-1, 1]. Noise scales are given in units of `scale`, half
+    the action range."""
+    low: jnp.ndarray
+    high: jnp.ndarray
+    scale: jnp.ndarray
+    center: jnp.ndarray
+
+    def to_env(self, a):
+        """[-1, 1] -> [low, high] (affine; no clipping)."""
+        return self.center + self.scale * a
+
+    def clip(self, action):
+        return jnp.clip(action, self.low, self.high)
+
+    def uniform(self, key: jax.Array, shape) -> jnp.ndarray:
+        """Uniform random actions in env units (the warm-up policy)."""
+        return jax.random.uniform(key, shape, minval=self.low, maxval=self.high)
+
+
+def action_box(env) -> ActionBox:
+    low, high = jnp.asarray(env.action_low), jnp.asarray(env.action_high)
+    return ActionBox(low, high, (high - low) / 2, (high + low) / 2)
+
+
+def update_period(config) -> Tuple[int, int]:
+    """(updates per iteration, iterations per update) of `updates_per_step`
+    gradient updates per env step over `num_envs` envs; one of them is 1."""
+    per_iter = config.updates_per_step * config.num_envs
+    if per_iter >= 1:
+        if abs(per_iter - round(per_iter)) > 1e-6:
+            raise UserError(f"--updates-per-step x --num-envs must be a whole number, "
+                            f"got {per_iter}")
+        return int(round(per_iter)), 1
+    period = 1 / per_iter
+    if abs(period - round(period)) > 1e-6:
+        raise UserError(f"1 / (--updates-per-step x --num-envs) must be a whole number, "
+                        f"got {period}")
+    return 1, int(round(period))
+
+
+def skipped(step: Callable) -> Callable:
+    """The branch of `lax.cond(due, step, skipped(step), x)` that does not
+    run step(x) -> (x, metrics): x unchanged, every metric NaN (so a chunk's
+    nanmean leaves it out)."""
+    def skip(x):
+        metrics = jax.eval_shape(step, x)[1]
+        return x, jax.tree.map(lambda m: jnp.full(m.shape, jnp.nan, m.dtype), metrics)
+    return skip
+
+
+def orthogonal(scale: float) -> Callable:
+    """Orthogonal initialisation (Saxe et al. 2014), the same distribution as
+    nn.initializers.orthogonal, by Gram-Schmidt in plain jax.numpy: LAPACK's
+    QR batched by vmap over seeds can deadlock XLA's CPU thread pool."""
+    def init(key, shape, dtype=jnp.float32):
+        rows, cols = shape
+        n, m = max(rows, cols), min(rows, cols)
+        a = jax.random.normal(key, (n, m), jnp.float32)
+
+        def column(j, q):
+            v, earlier = a[:, j], (jnp.arange(m) < j).astype(jnp.float32)
+            for _ in range(2):  # twice is enough for float32 orthogonality
+                v = v - q @ ((q.T @ v) * earlier)
+            return q.at[:, j].set(v / jnp.linalg.norm(v))
+
+        q = jax.lax.fori_loop(0, m, column, jnp.zeros((n, m), jnp.float32))
+        return (scale * (q if rows >= cols else q.T)).astype(dtype)
+    return init
+
+
+# --------------------------------------------------------------------------- config checks
+
+
+def check_positive(config, *names: str) -> None:
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be positive, "
+                            f"got {getattr(config, name)}")
+
+
+def check_choice(config, name: str, choices) -> None:
+    value = getattr(config, name)
+    if value not in choices:
+        raise UserError(f"unknown --{name.replace('_', '-')} {value!r}; "
+                        f"choose one of {', '.join(choices)}")
+
+
+def check_off_policy(config) -> None:
+    """What every replay-based agent's config needs besides positive sizes:
+    positive hidden widths, a batch no larger than the buffer, and an update
+    within the budget after `learning_starts`."""
+    if min(config.hidden_sizes, default=0) <= 0:
+        raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
+    if config.batch_size > config.buffer_size:
+        raise UserError(f"--batch-size {config.batch_size} is larger than "
+                        f"--buffer-size {config.buffer_size}")
+    if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
+        raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an "
+                        f"update within --total-timesteps {config.total_timesteps}")
+
 
 def check_memory(nbytes: int, what: str) -> None:
     """Early refusal inside make_train of a part (replay, rollout batch) that
@@ -194,209 +359,7 @@ def check_memory(nbytes: int, what: str) -> None:
     from common import parallel
     limit, where = parallel.device_limit()
     if nbytes > 0.9 * limit:
-        raise UserError(f"{what} needs about {nbytes / 2**30:.1f} GiB but only {limit / 2**30:.1f} GiB "
-                        f"is available on {where}; lower --buffer-size, --num-envs or --num-seeds")
+        raise UserError(f"{what} needs about {nbytes / 2**30:.1f} GiB but only "
+                        f"{limit / 2**30:.1f} GiB is available on {where}; lower --buffer-size, "
+                        f"--num-envs or --num-seeds")
 
-
-def seed_keys(seed: int, num_seeds: int) -> np.ndarray:
-    """Member m of `--seed s --num-seeds N` runs with PRNGKey(s + m), so it is
-    the very run `--seed s+m` would be alone (a 4-seed run is 4 single runs)."""
-    return np.stack([np.asarray(jax.random.PRNGKey(seed + m)) for m in range(num_seeds)])
-
-
-STALL_VAR = "RL_STALL_TIMEOUT"
-
-
-def stall_timeout() -> float:
-    """Seconds without any host call (physics step, log, checkpoint) after
-    which a started run counts as stuck ($RL_STALL_TIMEOUT, default 1200)."""
-    try:
-        return float(os.environ.get(STALL_VAR, "1200"))
-    except ValueError:
-        raise UserError(f"${STALL_VAR} must be a number of seconds, got {os.environ[STALL_VAR]!r}")
-
-
-class Watchdog:
-    """While the compiled run executes, checks that it keeps calling the host
-    (common/hostcall heartbeats: every native physics step, every chunk's log)
-    and calls on_stall(idle_seconds) once when it has not for `timeout`
-    seconds. It arms at the first host call, so compilation never counts."""
-
-    def __init__(self, timeout: float, on_stall: Callable[[float], None], poll: float = 5.0):
-        from common import hostcall
-        self.timeout, self.on_stall, self.poll, self.hostcall = timeout, on_stall, poll, hostcall
-        self.stop = threading.Event()
-
-    def _watch(self) -> None:
-        start = time.monotonic()
-        while not self.stop.wait(min(self.poll, self.timeout)):
-            last = self.hostcall.last_call()
-            if last > start and time.monotonic() - last > self.timeout:
-                self.on_stall(time.monotonic() - last)
-                return
-
-    def __enter__(self):
-        if self.timeout > 0:
-            threading.Thread(target=self._watch, daemon=True, name="watchdog").start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-
-
-def _stalled(idle: float, ckpt_path: str) -> None:
-    saved = f"its last checkpoint is {ckpt_path}" if os.path.exists(ckpt_path) else \
-        "no checkpoint was written"
-    print(f"\nerror: the run made no progress for {idle:.0f} s (no physics step, log or checkpoint) "
-          f"and is stopped instead of hanging; {saved} (${STALL_VAR} sets the limit)",
-          file=sys.stderr, flush=True)
-    os._exit(3)
-
-
-def cli_main(algo: str, config_cls, make_train: Callable, argv=None,
-             sweep_specs: Optional[Sequence[str]] = None) -> Any:
-    """Parse, check, train, log, checkpoint, resume. `sweep_specs`
-    (`name=v1,v2` strings, scripts/sweep.py): train every combination x seed
-    in the same program. Members (seeds x combinations) are sharded over the
-    devices when JAX sees several."""
-    import tyro
-    from common import envs, parallel, sweep
-    module = sys.modules[make_train.__module__]
-    config = tyro.cli(config_cls, args=argv, description=module.__doc__)
-    getattr(module, "validate", lambda c: None)(config)  # sizes first: one line, before any work
-    parallel.initialize_distributed()
-    envs.resolve_backend(config.backend)
-    if config.env not in envs.names():
-        raise UserError(f"unknown task {config.env!r}; valid tasks: {', '.join(envs.names())}")
-    axes = sweep.parse_axes(sweep_specs or (), config_cls, module.HParams, algo)
-    for combo in sweep.combinations(axes) if axes else ():
-        getattr(module, "validate", lambda c: None)(sweep.combination_config(config, axes, combo))
-    hps, member_combos = sweep.member_hparams(config, axes, module.hparams, config.num_seeds)
-    num_members = len(member_combos)
-    mesh = parallel.make_mesh(num_members,
-                              "--num-seeds x the sweep combinations" if axes else "--num-seeds")
-    sweep_meta = [[a.name, list(a.values)] for a in axes] or None
-
-    header = None
-    if config.resume:
-        header = ckpt.read_header(config.resume)
-        for key, want in (("algo", algo), ("env", config.env), ("sweep", sweep_meta)):
-            if header.get(key) != want:
-                raise UserError(f"checkpoint {config.resume!r} is for {key}={header.get(key)!r}, "
-                                f"not {want!r}")
-        if jax.process_count() > 1:
-            raise UserError("--resume runs in a single process (each process of a multi-host run "
-                            "checkpoints only its own members)")
-    trainer = make_train(config, hooks=_PendingHooks())  # validates sizes and memory
-    estimate = parallel.check_fits(trainer, num_members, mesh)
-    env = trainer.env
-    devices = 1 if mesh is None else mesh.devices.size
-    print(f"{algo} on {config.env}: backend {env.backend}, {config.num_seeds} seed(s) x "
-          f"{len(member_combos) // config.num_seeds} combination(s) x {config.num_envs} env(s), "
-          f"{trainer.schedule.total_steps} env steps each; {num_members} member(s) on {devices} "
-          f"device(s), about {estimate['total'] / 2**20:.1f} MiB of state")
-
-    keys = np.tile(seed_keys(config.seed, config.num_seeds), (num_members // config.num_seeds, 1))
-    init, run = parallel.compile_members(trainer, mesh)
-    start_chunk = 0
-    if header is not None:
-        template = jax.eval_shape(jax.vmap(trainer.init), keys, hps)
-        states, header = ckpt.load(config.resume, template, {
-            "algo": algo, "env": config.env, "num_seeds": config.num_seeds})
-        start_chunk = int(header["chunk"]) + 1
-        run_dir = header["run_dir"]
-        print(f"resuming {run_dir} after chunk {start_chunk} of {trainer.schedule.num_chunks}")
-    else:
-        run_dir = os.path.join(config.log_dir, run_name(config.env, algo + ("_sweep" if axes else ""),
-                                                        config.seed))
-        if jax.process_count() > 1:
-            run_dir += f"__process{jax.process_index()}"
-    created = not os.path.exists(run_dir)
-    local = parallel.local_members(mesh, num_members)
-    seeds = [int(config.seed + m % config.num_seeds) for m in local]
-    if axes:
-        streams = [f"{sweep.label(member_combos[m])}/seed_{s}" for m, s in zip(local, seeds)]
-        tags = [dict(member_combos[m], seed=s, member=int(m)) for m, s in zip(local, seeds)]
-    else:
-        streams, tags = seeds, None
-    logger = RunLogger(run_dir, config, trainer.schedule.total_steps, streams, tags=tags)
-    ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
-
-    def log(step, members, metrics):
-        logger.write(step, metrics)
-
-    def save(chunk, members, state):
-        ckpt.save(ckpt_path, state, {"algo": algo, "env": config.env, "num_seeds": config.num_seeds,
-                                     "chunk": chunk, "run_dir": run_dir, "sweep": sweep_meta,
-                                     "members": members.tolist(),
-                                     "config": dataclasses.asdict(config)})
-
-    gather_log, gather_save = parallel.Gather(log, local), parallel.Gather(save, local)
-    trainer.hooks.bind(Hooks(lambda lead, step, metrics, member: gather_log(step, member, metrics),
-                             lambda lead, chunk, state, member: gather_save(chunk, member, state)))
-    try:
-        if header is None:
-            states = init(parallel.put(keys, mesh), parallel.put(hps, mesh))
-        else:
-            states = parallel.put(states, mesh)
-        t0 = time.time()
-        members = parallel.put(np.arange(num_members, dtype=np.int32), mesh)
-        with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)):
-            states, history = run(states, start_chunk, members)
-            jax.block_until_ready(states)
-    except BaseException:
-        logger.close()
-        if created and header is None and not os.path.exists(ckpt_path):
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    logger.close()
-    history = parallel.fetch(history)
-    final = np.asarray(history["eval/episode_return"])[:, -1]
-    print(f"done in {time.time() - t0:.0f}s: final eval return {np.mean(final):.1f} "
-          f"(per {'member' if axes else 'seed'} {[round(float(x), 1) for x in final]}); "
-          f"logs and checkpoint in {run_dir}")
-    if axes:
-        results_path = os.path.join(run_dir, "results.json")
-        if start_chunk >= trainer.schedule.num_chunks and os.path.exists(results_path):
-            with open(results_path) as f:  # resumed a finished sweep: its table as it was
-                rows = json.load(f)
-        else:
-            rows = sweep.results(axes, final, config.num_seeds)
-            if jax.process_index() == 0:
-                with open(results_path, "w") as f:
-                    json.dump(rows, f, indent=2)
-        print(sweep.table(axes, rows, config.num_seeds))
-    return states, history
-
-
-class _PendingHooks:
-    """Hooks whose host functions are bound after the run directory exists."""
-
-    def __init__(self):
-        self.target: Optional[Hooks] = None
-
-    def bind(self, hooks: Hooks) -> None:
-        self.target = hooks
-
-    @property
-    def log(self):
-        return lambda *a: self.target.log(*a)
-
-    @property
-    def checkpoint(self):
-        return lambda *a: self.target.checkpoint(*a)
-
-
-class Train:
-    """What make_train returns: `train(key)` runs a whole run for one seed
-    (vmap it over seeds). Its parts are exposed for the CLI and tools:
-    `init(key) -> state`, `run(state, start_chunk) -> (state, history)`,
-    the env, the schedule and the hooks."""
-
-    def __init__(self, env, schedule: Schedule, init: Callable, run: Callable, hooks=None):
-        # init(key, hp=None): hp (the agent's HParams) overrides the config's
-        # float hyperparameters, for sweeps; run(state, start_chunk, member=None)
-        self.env, self.schedule, self.init, self.run, self.hooks = env, schedule, init, run, hooks
-
-    def __call__(self, key: jax.Array):
-        return self.run(self.init(key), 0)

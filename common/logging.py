@@ -2,8 +2,9 @@
 
 `host_call` sends arrays to a Python function once per execution for the
 whole vmapped batch (seeds, sweep members), as numpy arrays (common/hostcall):
-JAX's debug callbacks would call it once per batch element instead. Sharded over several devices, each device
-calls it with its own shard (common/parallel.Gather reassembles them). The
+JAX's debug callbacks would call it once per batch element instead. Sharded
+over several devices, each device calls it with its own shard
+(common/parallel.Gather reassembles them). The
 returned int32 token must be consumed (added to a counter in the carry) so
 XLA keeps the call.
 
@@ -84,7 +85,8 @@ class RunLogger:
                 if np.isfinite(v):
                     w.add_scalar(name, v, step)
             w.add_scalar("charts/sps", sps, step)
-        for name, attr in (("charts/episode_return", "last_return"), ("eval/episode_return", "last_eval")):
+        for name, attr in (("charts/episode_return", "last_return"),
+                           ("eval/episode_return", "last_eval")):
             if name in metrics and np.isfinite(np.asarray(metrics[name])).any():
                 setattr(self, attr, float(np.nanmean(metrics[name])))
         if not self.quiet:

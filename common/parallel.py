@@ -2,7 +2,7 @@
 
 A run trains M members at once: `num_seeds` seeds, times the combinations of
 a sweep. `compile_members` vmaps an agent's `init(key, hp)` and
-`run(state, start_chunk, member)` over them. When JAX sees several devices
+`run(state, start_chunk, hooks, member)` over them. When JAX sees several devices
 the member axis is sharded across all of them with `jax.shard_map` on a 1-D
 mesh (axis "members"): still one program, each device running its M / D
 members, the physics host callbacks and the log/checkpoint callbacks each
@@ -57,8 +57,9 @@ def initialize_distributed() -> bool:
         return False
     address = os.environ.get("JAX_COORDINATOR_ADDRESS")
     if not address or "JAX_PROCESS_ID" not in os.environ:
-        raise UserError("JAX_NUM_PROCESSES > 1 needs JAX_COORDINATOR_ADDRESS (host:port of process 0) "
-                        "and JAX_PROCESS_ID (0 .. JAX_NUM_PROCESSES-1) in the environment")
+        raise UserError("JAX_NUM_PROCESSES > 1 needs JAX_COORDINATOR_ADDRESS (host:port of "
+                        "process 0) and JAX_PROCESS_ID (0 .. JAX_NUM_PROCESSES-1) in the "
+                        "environment")
     jax.distributed.initialize(coordinator_address=address, num_processes=n,
                                process_id=int(os.environ["JAX_PROCESS_ID"]))
     return True
@@ -72,9 +73,10 @@ def make_mesh(members: int, what: str = "--num-seeds") -> Optional[Mesh]:
     if len(devices) == 1 or members == 1:
         return None
     if members % len(devices):
-        raise UserError(f"{what} gives {members} members, which {len(devices)} devices cannot share "
-                        f"evenly; use a multiple of {len(devices)}, or show JAX fewer devices "
-                        f"(CUDA_VISIBLE_DEVICES=..., XLA_FLAGS=--xla_force_host_platform_device_count=...)")
+        raise UserError(f"{what} gives {members} members, which {len(devices)} devices cannot "
+                        f"share evenly; use a multiple of {len(devices)}, or show JAX fewer "
+                        f"devices (CUDA_VISIBLE_DEVICES=..., "
+                        f"XLA_FLAGS=--xla_force_host_platform_device_count=...)")
     return Mesh(np.asarray(devices), (AXIS,))
 
 
@@ -106,12 +108,18 @@ def fetch(tree: Any) -> Any:
     return jax.tree.map(np.asarray, tree)
 
 
-def compile_members(train, mesh: Optional[Mesh]) -> Tuple[Callable, Callable]:
+def compile_members(train, mesh: Optional[Mesh], hooks=None) -> Tuple[Callable, Callable]:
     """(init(keys, hps) -> states, run(states, start_chunk, members) -> (states, history)),
     jitted, vmapped over the leading member axis and, with a mesh, sharded
-    over its devices. `run` donates the states (replay buffers)."""
+    over its devices. `hooks` (agent.Hooks, or None) are closed over: they
+    are host functions, static for jit. `run` donates the states (replay
+    buffers)."""
     init = jax.vmap(train.init)
-    run = jax.vmap(train.run, in_axes=(0, None, 0))
+
+    def run_member(state, start_chunk, member):
+        return train.run(state, start_chunk, hooks, member)
+
+    run = jax.vmap(run_member, in_axes=(0, None, 0))
     if mesh is not None:
         m = P(AXIS)
         init = jax.shard_map(init, mesh=mesh, in_specs=(m, m), out_specs=m, check_vma=False)

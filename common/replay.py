@@ -17,7 +17,7 @@ it, bootstrapping from the (real) observation that step started from.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +51,19 @@ def final_slots(rows: int, episode_length: int) -> int:
     """Side-store size: room for every episode end among `rows` rows when
     episodes run to the time limit, plus slack for early ends."""
     return max(4, 2 * (rows // max(episode_length, 1)) + 4)
+
+
+def layout(config, env) -> Tuple[int, int, int, int, int]:
+    """(rows, num_envs, obs_size, action_size, num_final) of one seed's buffer,
+    the arguments of `init`: `config.buffer_size` transitions shared by its
+    `num_envs` env streams (at least n_step + 2 rows). Refuses, with one
+    line, a buffer whose `num_seeds` copies cannot fit."""
+    from common import agent
+    rows = max(config.buffer_size // config.num_envs, config.n_step + 2)
+    shape = (rows, config.num_envs, env.observation_size, env.action_size,
+             final_slots(rows, env.episode_length))
+    agent.check_memory(config.num_seeds * nbytes(*shape), "the replay buffer")
+    return shape
 
 
 def init(rows: int, num_envs: int, obs_size: int, action_size: int, num_final: int) -> Replay:
@@ -94,7 +107,8 @@ def add(buf: Replay, obs, action, reward, terminated, truncated, final_obs, vali
         valid=buf.valid.at[p].set(valid),
         final_slot=buf.final_slot.at[p].set(slot),
         final_obs=buf.final_obs.at[slot, envs].set(keep(final_obs, buf.final_obs[slot, envs])),
-        final_row=buf.final_row.at[slot, envs].set(keep(jnp.full((E,), p), buf.final_row[slot, envs])),
+        final_row=buf.final_row.at[slot, envs].set(keep(jnp.full((E,), p),
+                                                        buf.final_row[slot, envs])),
         final_count=buf.final_count + done.astype(jnp.int32),
         pos=(p + 1) % buf.obs.shape[0],
         size=jnp.minimum(buf.size + 1, buf.obs.shape[0]),

@@ -61,27 +61,32 @@ def parse_axes(specs: Sequence[str], config_cls, hparams_cls, algo: str) -> List
         name, eq, values = spec.partition("=")
         name = name.strip().lstrip("-").replace("-", "_")
         if not eq or not name or not values.strip():
-            raise UserError(f"--sweep {spec!r}: expected name=value1,value2,... (e.g. tau=0.005,0.01)")
+            raise UserError(f"--sweep {spec!r}: expected name=value1,value2,... "
+                            f"(e.g. tau=0.005,0.01)")
         if name in fields:
             targets = (name,)
         elif name == ALIAS and any(f.endswith("_lr") for f in fields):
             targets = tuple(f for f in fields if f.endswith("_lr"))
         elif name in config_fields:
             kind = getattr(config_fields[name].type, "__name__", str(config_fields[name].type))
-            raise UserError(f"--sweep {name}: {name} ({kind}) changes array shapes or the structure of "
-                            f"the compiled program, so it cannot be vmapped in one program; run one "
-                            f"sweep per value instead (e.g. --{name.replace('_', '-')} X in separate "
-                            f"runs). Float hyperparameters that {algo} can sweep: {valid}")
+            raise UserError(f"--sweep {name}: {name} ({kind}) changes array shapes or the "
+                            f"structure of the compiled program, so it cannot be vmapped in one "
+                            f"program; run one sweep per value instead (e.g. "
+                            f"--{name.replace('_', '-')} X in separate runs). Float "
+                            f"hyperparameters that {algo} can sweep: {valid}")
         else:
-            raise UserError(f"--sweep {name}: not a hyperparameter of {algo}; it can sweep: {valid}")
+            raise UserError(f"--sweep {name}: not a hyperparameter of {algo}; "
+                            f"it can sweep: {valid}")
         try:
             vals = tuple(float(v) for v in values.split(",") if v.strip())
         except ValueError:
-            raise UserError(f"--sweep {spec!r}: values must be numbers separated by commas") from None
+            raise UserError(f"--sweep {spec!r}: values must be numbers separated "
+                            f"by commas") from None
         if not all(math.isfinite(v) for v in vals) or len(set(vals)) != len(vals):
             raise UserError(f"--sweep {spec!r}: values must be finite and distinct")
         if seen & set(targets):
-            raise UserError(f"--sweep {name}: {', '.join(sorted(seen & set(targets)))} is swept twice")
+            twice = ", ".join(sorted(seen & set(targets)))
+            raise UserError(f"--sweep {name}: {twice} is swept twice")
         seen |= set(targets)
         axes.append(Axis(name, targets, vals))
     return axes
@@ -89,7 +94,8 @@ def parse_axes(specs: Sequence[str], config_cls, hparams_cls, algo: str) -> List
 
 def combinations(axes: Sequence[Axis]) -> List[Dict[str, float]]:
     """Every combination as {axis name: value}; one empty combination without axes."""
-    return [dict(zip([a.name for a in axes], vals)) for vals in itertools.product(*[a.values for a in axes])]
+    return [dict(zip([a.name for a in axes], vals))
+            for vals in itertools.product(*[a.values for a in axes])]
 
 
 def combination_config(config, axes: Sequence[Axis], combo: Dict[str, float]):
@@ -105,7 +111,8 @@ def label(combo: Dict[str, float]) -> str:
 def member_hparams(config, axes: Sequence[Axis], hparams_fn, num_seeds: int) -> Tuple[Any, list]:
     """(HParams with a leading member axis, one combination dict per member)."""
     combos = combinations(axes)
-    rows = [hparams_fn(combination_config(config, axes, c)) for c in combos for _ in range(num_seeds)]
+    rows = [hparams_fn(combination_config(config, axes, c))
+            for c in combos for _ in range(num_seeds)]
     hps = jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float32) for x in xs]), *rows)
     return hps, [c for c in combos for _ in range(num_seeds)]
 
@@ -130,4 +137,5 @@ def table(axes: Sequence[Axis], rows: List[Dict[str, Any]], num_seeds: int) -> s
              f"{row['mean']:.1f} ± {row['std']:.1f}", " ".join(f"{v:.1f}" for v in row["per_seed"])]
             for i, row in enumerate(rows)]
     widths = [max(len(r[j]) for r in [head, *body]) for j in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *body])
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in [head, *body])

@@ -40,7 +40,8 @@ BUDGET = {"td3": 18_000, "ddpg": 24_000, "d4pg": 15_000, "td4": 12_000, "sac": 1
           # (agent, task) exceptions: walker's physics costs PPO ~3x cheetah's
           # (its 2.15M-step run took 16 min on 2026-12-03)
           ("ppo", "walker_walk"): 20 * 1024 * 30}
-EXTRA = {a: ["--learning-starts", str(BUDGET[a] // 5)] for a in ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")}
+EXTRA = {a: ["--learning-starts", str(BUDGET[a] // 5)]
+         for a in ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")}
 EST_SECONDS = 400  # per run, on one core of two both busy (2026-12-03: 350-460 s, compile included)
 JOBS = 2  # runs at a time, each pinned to its own core
 # The fixed wall-clock comparison: each run's eval return at this many seconds
@@ -48,9 +49,11 @@ JOBS = 2  # runs at a time, each pinned to its own core
 WALL_SECONDS = 240
 QUICK = dict(algos=("td3", "ppo"), tasks=("cartpole_balance",), seeds=2, wall_seconds=30,
              budget={"td3": 2_000, "ppo": 2 * 64 * 30},
-             extra={"td3": ["--hidden-sizes", "16", "16", "--batch-size", "32", "--learning-starts", "500"],
-                    "ppo": ["--num-envs", "64", "--actor-hidden-sizes", "8", "--critic-hidden-sizes", "8",
-                            "--num-minibatches", "2", "--update-epochs", "1"]})
+             extra={"td3": ["--hidden-sizes", "16", "16", "--batch-size", "32",
+                            "--learning-starts", "500"],
+                    "ppo": ["--num-envs", "64", "--actor-hidden-sizes", "8",
+                            "--critic-hidden-sizes", "8", "--num-minibatches", "2",
+                            "--update-epochs", "1"]})
 
 
 def run_args(algo: str, task: str, steps: int, seeds: int, log_dir: str, extra=()) -> List[str]:
@@ -85,7 +88,7 @@ def one_run(algo: str, task: str, steps: int, seeds: int, out: str, extra=(), co
 
 def _final_returns(stdout: str) -> List[float]:
     """The per-seed final eval returns the CLI prints on its last line."""
-    line = [l for l in stdout.splitlines() if "final eval return" in l][-1]
+    line = [ln for ln in stdout.splitlines() if "final eval return" in ln][-1]
     return [float(x) for x in line.split("per seed [")[1].split("]")[0].split(",")]
 
 
@@ -120,7 +123,8 @@ def plan(out: str, quick: bool = False, algos=None, tasks=None):
         return r["steps"] == budget_of(budget, r["algo"], r["task"]) and r["seeds"] == seeds
     todo = [(a, t) for t in tasks for a in algos
             if not any(r["algo"] == a and r["task"] == t and current(r) for r in done)]
-    return todo, [r for r in done if r["algo"] in algos and r["task"] in tasks and current(r)], seeds, budget
+    kept = [r for r in done if r["algo"] in algos and r["task"] in tasks and current(r)]
+    return todo, kept, seeds, budget
 
 
 def learn_mode(out: str, quick: bool = False, algos=None, tasks=None, jobs: int = 1) -> List[Dict]:
@@ -156,7 +160,8 @@ def learn_mode(out: str, quick: bool = False, algos=None, tasks=None, jobs: int 
                 json.dump(done, f, indent=1)
             os.replace(path + ".tmp", path)
             print(f"  {task:<16} {algo:<5} {r['steps']:>9} steps/seed  {r['wall_s']:6.0f}s  "
-                  f"return {r['mean']:7.1f}  per seed {np.round(r['returns'], 1).tolist()}", flush=True)
+                  f"return {r['mean']:7.1f}  per seed {np.round(r['returns'], 1).tolist()}",
+                  flush=True)
 
     with ThreadPoolExecutor(jobs) as pool:
         for f in [pool.submit(work, item) for item in todo]:
@@ -181,7 +186,8 @@ def learn_table(rows: List[Dict]) -> str:
     per seed and wall-clock of the whole run (compile included)."""
     def cell(r):
         lo, hi = bootstrap_ci(r["returns"])
-        return f"{r['mean']:.0f} [{lo:.0f}, {hi:.0f}] ({r['steps'] / 1000:.0f}k steps, {r['wall_s'] / 60:.1f} min)"
+        return (f"{r['mean']:.0f} [{lo:.0f}, {hi:.0f}] ({r['steps'] / 1000:.0f}k steps, "
+                f"{r['wall_s'] / 60:.1f} min)")
     return _grid(rows, cell)
 
 
@@ -201,7 +207,8 @@ def wall_table(rows: List[Dict], out: str, seconds: float) -> str:
                  for i in [np.nonzero(s.times <= seconds)[0]] if len(i)]
         if not picks or len(picks) < len(series):
             return "no eval yet"
-        return f"{np.mean([v for v, _ in picks]):.0f} ({np.mean([st for _, st in picks]) / 1000:.0f}k steps)"
+        value, steps = np.mean([v for v, _ in picks]), np.mean([st for _, st in picks])
+        return f"{value:.0f} ({steps / 1000:.0f}k steps)"
     return _grid(rows, cell)
 
 

@@ -67,17 +67,18 @@ def _time_members(module, config, members: range, keys, hps) -> float:
     return total
 
 
-def seeds_vs_sequential(algo: str, env: str, num_seeds: int = 8, total_timesteps: Optional[int] = None,
-                        **config_overrides) -> dict:
+def seeds_vs_sequential(algo: str, env: str, num_seeds: int = 8,
+                        total_timesteps: Optional[int] = None, **config_overrides) -> dict:
     """Wall-clock of `num_seeds` seeds vmapped in one program vs the same
     seeds as sequential single-seed runs (same keys and hyperparameters),
     compilation and initial states excluded for both; ratio = sequential /
     vmapped."""
     module, config = bench_config(algo, env, num_seeds, total_timesteps, **config_overrides)
     keys = np.asarray(jax.random.split(jax.random.PRNGKey(config.seed), num_seeds))
-    hps, _ = sweep.member_hparams(config, [], module.hparams, num_seeds)
+    hps, _ = sweep.member_hparams(config, [], module.AGENT.hparams, num_seeds)
     vmapped = _time_members(module, config, range(num_seeds), keys, hps)
-    sequential = _time_members(module, dataclasses.replace(config, num_seeds=1), range(num_seeds), keys, hps)
+    sequential = _time_members(module, dataclasses.replace(config, num_seeds=1), range(num_seeds),
+                               keys, hps)
     steps = num_seeds * config.total_timesteps
     return dict(algo=algo, env=env, num_seeds=num_seeds, total_timesteps=config.total_timesteps,
                 vmapped_s=vmapped, sequential_s=sequential, ratio=sequential / vmapped,
@@ -86,7 +87,8 @@ def seeds_vs_sequential(algo: str, env: str, num_seeds: int = 8, total_timesteps
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algo", default="td3")
     p.add_argument("--env", default="cartpole_balance")
     p.add_argument("--num-seeds", type=int, default=8)

@@ -45,9 +45,11 @@ PPO_ROLLOUT = 1024 * 30        # PPO's default num_envs x num_steps: budgets are
 PPO_CALIBRATION = 20 * PPO_ROLLOUT
 REPORT_STEPS = (50_000, 100_000)
 QUICK = dict(algos=("td3", "ppo"), tasks=("cartpole_balance",), steps=2_000, eval_every=1_000,
-             extra={"td3": ["--hidden-sizes", "16", "16", "--batch-size", "32", "--learning-starts", "500"],
-                    "ppo": ["--num-envs", "64", "--actor-hidden-sizes", "8", "--critic-hidden-sizes", "8",
-                            "--num-minibatches", "2", "--update-epochs", "1"]},
+             extra={"td3": ["--hidden-sizes", "16", "16", "--batch-size", "32",
+                            "--learning-starts", "500"],
+                    "ppo": ["--num-envs", "64", "--actor-hidden-sizes", "8",
+                            "--critic-hidden-sizes", "8", "--num-minibatches", "2",
+                            "--update-epochs", "1"]},
              ppo_rollout=64 * 30, ppo_calibration=4 * 64 * 30)
 
 
@@ -66,10 +68,11 @@ def load_results(out: str) -> List[Dict]:
 # --------------------------------------------------------------------------- one run
 
 def command(algo: str, task: str, steps: int, eval_every: int, log_dir: str, extra=()) -> List[str]:
-    return [sys.executable, os.path.join(ROOT, "algos", f"{algo}.py"), "--env", task, "--backend", "native",
-            "--num-seeds", str(SEEDS), "--seed", "1", "--total-timesteps", str(steps),
-            "--eval-every", str(eval_every), "--eval-episodes", "10",
-            "--checkpoint-every", str(CHECKPOINT_EVERY), "--log-dir", log_dir, *extra]
+    return [sys.executable, os.path.join(ROOT, "algos", f"{algo}.py"), "--env", task,
+            "--backend", "native", "--num-seeds", str(SEEDS), "--seed", "1",
+            "--total-timesteps", str(steps), "--eval-every", str(eval_every),
+            "--eval-episodes", "10", "--checkpoint-every", str(CHECKPOINT_EVERY),
+            "--log-dir", log_dir, *extra]
 
 
 def _run_dir(log_dir: str, task: str, algo: str) -> Optional[str]:
@@ -83,9 +86,11 @@ def curves(run_dir: str) -> Dict:
     clock includes the pause), from the run's TensorBoard logs."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import plot
-    dirs = sorted(glob.glob(os.path.join(run_dir, "seed_*")), key=lambda p: int(p.rsplit("_", 1)[1]))
+    dirs = sorted(glob.glob(os.path.join(run_dir, "seed_*")),
+                  key=lambda p: int(p.rsplit("_", 1)[1]))
     series = [plot.read_seed(d, "eval/episode_return")[0] for d in dirs]
-    return dict(steps=[int(x) for x in series[0].steps], returns=[[float(v) for v in s.values] for s in series],
+    return dict(steps=[int(x) for x in series[0].steps],
+                returns=[[float(v) for v in s.values] for s in series],
                 seconds=[[float(t) for t in s.times] for s in series])
 
 
@@ -142,7 +147,8 @@ def one_run(algo: str, task: str, steps: int, out: str, log_dir: str, eval_every
 
 
 def _commit() -> str:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                       cwd=ROOT)
     return r.stdout.strip() or "unknown"
 
 
@@ -150,7 +156,7 @@ def _machine() -> str:
     model = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
-            model = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
     return f"{os.cpu_count()} cores, {model}"
@@ -170,15 +176,17 @@ def ppo_budget(rows: List[Dict], task: str, rate: float, rollout: int, off_polic
     return max(1, int((np.median(walls) - startup) * rate // rollout)) * rollout
 
 
-def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False, log_dir: Optional[str] = None,
-                  algos=None, tasks=None) -> List[Dict]:
+def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False,
+                  log_dir: Optional[str] = None, algos=None, tasks=None) -> List[Dict]:
     """Runs what is missing (off-policy first, then PPO per task), `jobs` at a
     time each pinned to its own core, then writes the table and figure."""
     q = QUICK if quick else None
     algos, tasks = algos or (q["algos"] if q else ALGOS), tasks or (q["tasks"] if q else TASKS)
     steps, eval_every = (q["steps"], q["eval_every"]) if q else (STEPS, EVAL_EVERY)
-    rollout, calibration = (q["ppo_rollout"], q["ppo_calibration"]) if q else (PPO_ROLLOUT, PPO_CALIBRATION)
-    log_dir = log_dir or os.path.join(ROOT, "benchmark_runs", "standard" + ("_quick" if quick else ""))
+    rollout, calibration = ((q["ppo_rollout"], q["ppo_calibration"]) if q
+                            else (PPO_ROLLOUT, PPO_CALIBRATION))
+    log_dir = log_dir or os.path.join(ROOT, "benchmark_runs",
+                                      "standard" + ("_quick" if quick else ""))
     os.makedirs(out, exist_ok=True)
     done = lambda t, a: os.path.exists(result_path(out, t, a))
     extra = lambda a: (q["extra"].get(a, []) if q else [])
@@ -195,9 +203,11 @@ def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False, log_di
         with lock:
             core = free.pop()
         try:
-            r = one_run(algo, task, steps, out if kind == "run" else os.path.join(log_dir, "calibration"),
-                        log_dir if kind == "run" else os.path.join(log_dir, "calibration"),
-                        eval_every if kind == "run" else steps // 4, extra(algo), core, shared=jobs > 1)
+            calibration_dir = os.path.join(log_dir, "calibration")
+            r = one_run(algo, task, steps, out if kind == "run" else calibration_dir,
+                        log_dir if kind == "run" else calibration_dir,
+                        eval_every if kind == "run" else steps // 4, extra(algo), core,
+                        shared=jobs > 1)
         finally:
             with lock:
                 free.append(core)
@@ -216,15 +226,17 @@ def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False, log_di
             if done(task, "ppo"):
                 continue
             cal_path = result_path(cal_dir, task, "ppo")
-            cal = json.load(open(cal_path)) if os.path.exists(cal_path) else work((task, "ppo"), calibration, "cal")
+            cal = json.load(open(cal_path)) if os.path.exists(cal_path) else \
+                work((task, "ppo"), calibration, "cal")
             rate = cal["sps_per_seed"]
             startup = max(0.0, cal["wall_s"] - cal["steps"] / rate)
-            budget = ppo_budget(rows, task, rate, rollout, [a for a in algos if a != "ppo"], startup)
+            budget = ppo_budget(rows, task, rate, rollout, [a for a in algos if a != "ppo"],
+                                startup)
             if budget is None:
                 print(f"  {task}: PPO waits for every off-policy run of the task", flush=True)
                 continue
-            print(f"  {task}: PPO at {rate:.0f} env steps/s per seed, {startup:.0f} s start-up -> {budget} steps",
-                  flush=True)
+            print(f"  {task}: PPO at {rate:.0f} env steps/s per seed, {startup:.0f} s start-up "
+                  f"-> {budget} steps", flush=True)
             ppo_eval = max(rollout, budget // 10 // rollout * rollout)
             with lock:
                 core = free[-1]
@@ -265,8 +277,8 @@ def table(rows: List[Dict], published=None, report_steps=REPORT_STEPS) -> str:
         pub = (published(r["task"], r["algo"]) if published else None) or ""
         flags = " (resumed)" if r.get("resumed") else ""
         lines.append(f"| {r['task']} | {r['algo']} | " + " | ".join(cells) +
-                     f" | {_cell(final)} ({r['eval_steps'][-1] / 1000:.0f}k) | {r['wall_s'] / 60:.0f} min{flags} | "
-                     f"{r['sps_per_seed']:.0f} | {pub} |")
+                     f" | {_cell(final)} ({r['eval_steps'][-1] / 1000:.0f}k) "
+                     f"| {r['wall_s'] / 60:.0f} min{flags} | {r['sps_per_seed']:.0f} | {pub} |")
     return "\n".join(lines)
 
 
@@ -283,12 +295,14 @@ def figure(rows: List[Dict], path: str) -> str:
         for r in [r for r in rows if r["task"] == task]:
             for k, (ret, sec) in enumerate(zip(r["eval_returns"], r["eval_seconds"])):
                 label = r["algo"] if k == 0 else None
-                row[0].plot(np.asarray(r["eval_steps"]) / 1000, ret, color=colors.get(r["algo"]), label=label,
+                color = colors.get(r["algo"])
+                row[0].plot(np.asarray(r["eval_steps"]) / 1000, ret, color=color, label=label,
                             alpha=0.8, lw=1.2)
-                row[1].plot(np.asarray(sec) / 60, ret, color=colors.get(r["algo"]), label=label, alpha=0.8, lw=1.2)
-        row[0].set(title=f"{task}: eval return vs env steps (one line per seed)", xlabel="env steps (k)",
+                row[1].plot(np.asarray(sec) / 60, ret, color=color, label=label, alpha=0.8, lw=1.2)
+        row[0].set(title=f"{task}: eval return vs env steps (one line per seed)",
+                   xlabel="env steps (k)", ylabel="eval return")
+        row[1].set(title=f"{task}: vs wall-clock since the first log", xlabel="minutes",
                    ylabel="eval return")
-        row[1].set(title=f"{task}: vs wall-clock since the first log", xlabel="minutes", ylabel="eval return")
         for ax in row:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
@@ -300,8 +314,8 @@ def figure(rows: List[Dict], path: str) -> str:
 
 def write_report(rows: List[Dict], out: str) -> str:
     import published
-    text = table(rows, published.ours_column) + "\n\nPublished (env steps at the native control rate; " \
-        "sources in published_sources.md):\n\n" + published.table()
+    text = table(rows, published.ours_column) + "\n\nPublished (env steps at the native control " \
+        "rate; sources in published_sources.md):\n\n" + published.table()
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(text + "\n")
     if rows:

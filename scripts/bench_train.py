@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +63,8 @@ def _dm_loop(env: str, seed: int):
     from dm_control import suite
     domain, task = _split(env)
     dm = suite.load(domain, task, task_kwargs={"random": seed})
-    flat = lambda ts: np.concatenate([np.ravel(v) for v in ts.observation.values()]).astype(np.float32)
+    def flat(ts):
+        return np.concatenate([np.ravel(v) for v in ts.observation.values()]).astype(np.float32)
     return dm, flat, dm.action_spec().shape[0]
 
 
@@ -76,7 +77,8 @@ def _python_loop(env: str, policy, update, state, key, total_timesteps: int, lea
     D = obs.shape[0]
     cap = total_timesteps
     buf_o, buf_o2 = np.zeros((cap, D), np.float32), np.zeros((cap, D), np.float32)
-    buf_a, buf_r, buf_d = np.zeros((cap, A), np.float32), np.zeros(cap, np.float32), np.zeros(cap, np.float32)
+    buf_a = np.zeros((cap, A), np.float32)
+    buf_r, buf_d = np.zeros(cap, np.float32), np.zeros(cap, np.float32)
     rng = np.random.default_rng(seed)
     t_start = s_start = None
     for t in range(total_timesteps):
@@ -109,7 +111,8 @@ def _reference_nets(mod, env: str, hidden, seed: int):
     D = flat(dm.reset()).shape[0]
     actor, critic = mod.Actor(tuple(hidden), A), mod.TwinCritic(tuple(hidden), False)
     k1, k2, key = jax.random.split(jax.random.PRNGKey(seed), 3)
-    return actor, critic, actor.init(k1, jnp.zeros(D)), critic.init(k2, jnp.zeros(D), jnp.zeros(A)), key, A
+    return (actor, critic, actor.init(k1, jnp.zeros(D)),
+            critic.init(k2, jnp.zeros(D), jnp.zeros(A)), key, A)
 
 
 def reference_td3(env: str, total_timesteps: int, learning_starts: int, batch_size: int = 256,
@@ -144,12 +147,14 @@ def reference_td3(env: str, total_timesteps: int, learning_starts: int, batch_si
             g = jax.grad(lambda p: -critic.apply(cp, o, actor.apply(p, o))[0].mean())(ap)
             u, ao = tx.update(g, ao, ap)
             ap = optax.apply_updates(ap, u)
-            return ap, optax.incremental_update(ap, at, 0.005), optax.incremental_update(cp, ct, 0.005), ao
+            return (ap, optax.incremental_update(ap, at, 0.005),
+                    optax.incremental_update(cp, ct, 0.005), ao)
 
         ap, at, ct, ao = jax.lax.cond(step % 2 == 0, actor_step, lambda x: x, (ap, at, ct, ao))
         return ap, cp, at, ct, ao, co
 
-    return _python_loop(env, policy, update, state, key, total_timesteps, learning_starts, batch_size, seed)
+    return _python_loop(env, policy, update, state, key, total_timesteps, learning_starts,
+                        batch_size, seed)
 
 
 def reference_sac(env: str, total_timesteps: int, learning_starts: int, batch_size: int = 256,
@@ -192,13 +197,14 @@ def reference_sac(env: str, total_timesteps: int, learning_starts: int, batch_si
         g, logp = jax.grad(aloss, has_aux=True)(ap)
         u, ao = tx.update(g, ao, ap)
         ap = optax.apply_updates(ap, u)
-        g = jax.grad(lambda l: (-jnp.exp(l) * (jax.lax.stop_gradient(logp) - A)).mean())(la)
+        g = jax.grad(lambda la: (-jnp.exp(la) * (jax.lax.stop_gradient(logp) - A)).mean())(la)
         u, lo = tx.update(g, lo, la)
         la = optax.apply_updates(la, u)
         ct = optax.incremental_update(cp, ct, 0.005)
         return ap, cp, ct, la, ao, co, lo
 
-    return _python_loop(env, policy, update, state, key, total_timesteps, learning_starts, batch_size, seed)
+    return _python_loop(env, policy, update, state, key, total_timesteps, learning_starts,
+                        batch_size, seed)
 
 
 def _split(env: str):
@@ -209,7 +215,8 @@ def _split(env: str):
 
 
 OFF_POLICY = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")
-REFERENCE_OF = {"td3": "td3", "ddpg": "td3", "d4pg": "td3", "td4": "td3", "sac": "sac", "mpo": "sac"}
+REFERENCE_OF = {"td3": "td3", "ddpg": "td3", "d4pg": "td3", "td4": "td3", "sac": "sac",
+                "mpo": "sac"}
 NETS = dict(batch_size=256, hidden_sizes=(256, 256))
 SETTINGS = {
     # name: (num_envs, overrides); the first is the references' setting
@@ -254,15 +261,17 @@ def train_mode(algos, tasks, steps_1env: int, steps_many: int, ppo_steps: int, b
             kw = dict(batch_size=32, hidden=(32, 32)) if quick else {}
             r = fn(task, learning_starts=1000, total_timesteps=1000 + steps_1env, **kw)
             refs[name] = r["sps"]
-            row(task=task, agent=f"reference {name.upper()} (Python env loop)", setting="1 env, 1 update/step",
-                sps=r["sps"], ratio=1.0, ms_update=r["ms_per_update"], wall=r["wall_s"])
+            row(task=task, agent=f"reference {name.upper()} (Python env loop)",
+                setting="1 env, 1 update/step", sps=r["sps"], ratio=1.0,
+                ms_update=r["ms_per_update"], wall=r["wall_s"])
         for algo in algos:
             if algo == "ppo":
                 continue
             for i, (setting, (num_envs, over)) in enumerate(SETTINGS.items()):
                 steps = steps_1env + 1000 if num_envs == 1 else steps_many
-                r = agent_throughput(algo, task, num_envs, steps, learning_starts=1000 if num_envs == 1
-                                     else 10 * num_envs, **{**over, **small})
+                starts = 1000 if num_envs == 1 else 10 * num_envs
+                r = agent_throughput(algo, task, num_envs, steps, learning_starts=starts,
+                                     **{**over, **small})
                 row(task=task, agent=algo, setting=setting, sps=r["sps"], wall=r["wall_s"],
                     ratio=r["sps"] / refs[REFERENCE_OF[algo]] if i == 0 else float("nan"),
                     ms_update=1000 / (r["sps"] * over["updates_per_step"]))
@@ -287,8 +296,9 @@ def train_mode(algos, tasks, steps_1env: int, steps_many: int, ppo_steps: int, b
                 rollouts = max(ppo_steps // (envs_n * num_steps), 2) if backend == "native" else 3
                 steps = rollouts * envs_n * num_steps
                 r = agent_throughput("ppo", task, envs_n, steps, backend=backend, **over)
-                row(task=task, agent="ppo", setting=f"{envs_n} envs, default config", backend=backend,
-                    sps=r["sps"], ratio=r["sps"] / raw if backend == "native" else float("nan"),
+                row(task=task, agent="ppo", setting=f"{envs_n} envs, default config",
+                    backend=backend, sps=r["sps"],
+                    ratio=r["sps"] / raw if backend == "native" else float("nan"),
                     wall=r["wall_s"])
     return rows
 
@@ -296,14 +306,14 @@ def train_mode(algos, tasks, steps_1env: int, steps_many: int, ppo_steps: int, b
 def print_train_table(rows) -> None:
     head = (f"{'task':<16} {'agent':<34} {'backend':<7} {'setting':<30} {'env steps/s':>11} "
             f"{'ratio':>6} {'ms/update':>9} {'eval return':>11} {'wall s':>7}")
-    print("\ntraining env steps/s (compile excluded). ratio: agents at 1 env against the reference of "
-          "their family (TD3 for ddpg/d4pg/td3/td4, SAC for sac/mpo); ppo against raw physics at the "
-          "same batch")
+    print("\ntraining env steps/s (compile excluded). ratio: agents at 1 env against the "
+          "reference of their family (TD3 for ddpg/d4pg/td3/td4, SAC for sac/mpo); ppo against raw "
+          "physics at the same batch")
     print(head)
     print("-" * len(head))
     fmt = lambda v, f: "" if not np.isfinite(v) else format(v, f)
     for r in rows:
         ratio = "" if not np.isfinite(r["ratio"]) else f"{r['ratio']:.2f}x"
-        print(f"{r['task']:<16} {r['agent']:<34} {r['backend']:<7} {r['setting']:<30} {r['sps']:>11.0f} "
-              f"{ratio:>6} {fmt(r['ms_update'], '.2f'):>9} {fmt(r['eval_return'], '.1f'):>11} "
-              f"{fmt(r['wall'], '.0f'):>7}")
+        print(f"{r['task']:<16} {r['agent']:<34} {r['backend']:<7} {r['setting']:<30} "
+              f"{r['sps']:>11.0f} {ratio:>6} {fmt(r['ms_update'], '.2f'):>9} "
+              f"{fmt(r['eval_return'], '.1f'):>11} {fmt(r['wall'], '.0f'):>7}")

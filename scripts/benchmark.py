@@ -151,7 +151,8 @@ def bench_envs(args) -> int:
         for n in args.num_envs:
             env = envs.make(task, "native", pool_size=min(n, args.pool_size), nthread=nthread)
             native = JaxRollout(env, n, args.steps, seed=args.seed)
-            raw = RawRollout(env, native.carry[0], nthread, chunk=min(args.steps, 10), seed=args.seed)
+            raw = RawRollout(env, native.carry[0], nthread, chunk=min(args.steps, 10),
+                             seed=args.seed)
             n_mjx = min(n, args.mjx_envs)
             mjx, mjx_note = None, "skipped"
             if not args.skip_mjx:
@@ -182,8 +183,9 @@ def bench_envs(args) -> int:
                 if mjx is not None:
                     t_mjx.append(_timed(mjx.run))
             sps = lambda ts, n_, steps: n_ * steps / _median(ts)
-            row = dict(task=task, n=n, raw=sps(t_raw, n, args.steps), native=sps(t_nat, n, args.steps),
-                       ratio=_median(ratio), cpu_ratio=_median(cpu_ratio), compile=t_compile)
+            row = dict(task=task, n=n, raw=sps(t_raw, n, args.steps),
+                       native=sps(t_nat, n, args.steps), ratio=_median(ratio),
+                       cpu_ratio=_median(cpu_ratio), compile=t_compile)
             if mjx is not None:
                 row["mjx"] = sps(t_mjx, n_mjx, args.mjx_steps)
                 mjx_note = f"{row['mjx']:.0f} ({n_mjx} envs)"
@@ -207,8 +209,8 @@ def _print_table(rows: List[Dict], nthread: int) -> None:
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['task']:<16} {r['n']:>5} {r['raw']:>12.0f} {r['native']:>10.0f} {r['ratio']:>10.2f} "
-              f"{r['cpu_ratio']:>10.2f}  {r['mjx_note']:<24}")
+        print(f"{r['task']:<16} {r['n']:>5} {r['raw']:>12.0f} {r['native']:>10.0f} "
+              f"{r['ratio']:>10.2f} {r['cpu_ratio']:>10.2f}  {r['mjx_note']:<24}")
     print("native/raw: wall-clock ratio, median over interleaved repeats; (CPU-time): the same "
           "per CPU-second used, which load from other processes hardly moves")
 
@@ -258,7 +260,8 @@ SCALE_SETTINGS = {  # algo: (full overrides, quick overrides)
     "td3": (dict(total_timesteps=4000, learning_starts=1000),
             dict(total_timesteps=1000, learning_starts=500, hidden_sizes=(16, 16), batch_size=32)),
     "ppo": (dict(total_timesteps=1024 * 30 * 3, num_envs=1024),
-            dict(total_timesteps=64 * 30 * 2, num_envs=64, actor_hidden_sizes=(8,), critic_hidden_sizes=(8,))),
+            dict(total_timesteps=64 * 30 * 2, num_envs=64, actor_hidden_sizes=(8,),
+                 critic_hidden_sizes=(8,))),
 }
 
 
@@ -268,14 +271,15 @@ def scale_mode(args) -> int:
     task = "cartpole_balance" if args.quick else args.task
     rows = []
     for algo, (full, quick) in SCALE_SETTINGS.items():
-        r = bench_scale.seeds_vs_sequential(algo, task, num_seeds=n, **(quick if args.quick else full))
+        r = bench_scale.seeds_vs_sequential(algo, task, num_seeds=n,
+                                            **(quick if args.quick else full))
         rows.append((algo, r))
     print(f"\nseeds in one program vs sequential runs ({n} seeds, {task}, compile and initial "
           f"states excluded)")
     print(f"{'agent':<6} {'steps/seed':>10} {'vmapped s':>10} {'sequential s':>13} {'ratio':>6}")
     for algo, r in rows:
-        print(f"{algo:<6} {r['total_timesteps']:>10} {r['vmapped_s']:>10.1f} {r['sequential_s']:>13.1f} "
-              f"{r['ratio']:>5.2f}x")
+        print(f"{algo:<6} {r['total_timesteps']:>10} {r['vmapped_s']:>10.1f} "
+              f"{r['sequential_s']:>13.1f} {r['ratio']:>5.2f}x")
     return 0
 
 
@@ -289,11 +293,13 @@ FULL_PARTS = (  # name, arguments, arguments in quick mode, expected minutes (fu
 
 def _git_commit() -> str:
     import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return (r.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+                       cwd=root)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, cwd=root)
+    return (r.stdout.strip() or "unknown") + (" (with uncommitted changes)" if dirty.stdout.strip()
+                                              else "")
 
 
 def _machine() -> str:
@@ -301,7 +307,7 @@ def _machine() -> str:
     cpu = platform.processor() or "cpu"
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next(l.split(":", 1)[1].strip() for l in fh if l.startswith("model name"))
+            cpu = next(ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
     import jax
@@ -338,7 +344,8 @@ def full_mode(out: str, quick: bool, jobs: int = 2) -> int:
     rows = bench_learn.learn_mode(out, quick, jobs=jobs)
     print("== standard", flush=True)
     import bench_standard
-    bench_standard.standard_mode(os.path.join(out, "standard") if quick else bench_standard.RESULTS, jobs, quick)
+    bench_standard.standard_mode(os.path.join(out, "standard") if quick else bench_standard.RESULTS,
+                                 jobs, quick)
     figures = bench_learn.plots(rows, out)
     report = os.path.join(out, "results.md")
     with open(report, "w") as fh:
@@ -354,8 +361,8 @@ def _part_done(out: str, name: str) -> bool:
 def _table_of(stdout: str) -> str:
     """The printed table of a part: from its first header line on."""
     lines = stdout.splitlines()
-    start = next((i for i, l in enumerate(lines) if l.startswith(("env steps/s", "\ntraining", "training",
-                                                                    "seeds"))), 0)
+    start = next((i for i, ln in enumerate(lines)
+                  if ln.startswith(("env steps/s", "\ntraining", "training", "seeds"))), 0)
     return "\n".join(lines[start:])
 
 
@@ -365,9 +372,9 @@ def _report(out: str, rows, figures, quick: bool) -> str:
     parts = [f"# Benchmark results{' (quick smoke run: not results)' if quick else ''}",
              "", f"- date: {datetime.date.today().isoformat()}", f"- commit: {_git_commit()}",
              f"- machine: {_machine()}",
-             f"- learning runs: {bench_learn.SEEDS if not quick else bench_learn.QUICK['seeds']} seeds "
-             "vmapped in one program per agent and task, default configs, budgets in env steps per seed "
-             "as listed; wall-clock is the whole command (compile included)", ""]
+             f"- learning runs: {bench_learn.SEEDS if not quick else bench_learn.QUICK['seeds']} "
+             "seeds vmapped in one program per agent and task, default configs, budgets in env "
+             "steps per seed as listed; wall-clock is the whole command (compile included)", ""]
     for name, title in (("envs", "Environment throughput"), ("train", "Training throughput"),
                         ("scale", "Seeds in one program vs sequential runs")):
         path = os.path.join(out, f"{name}.txt")
@@ -394,11 +401,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     import bench_learn
     from common.errors import UserError
 
+    RAW = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=RAW)
     modes = p.add_subparsers(dest="mode", required=True)
     e = modes.add_parser("envs", help="env steps/s: raw mujoco.rollout vs native vs mjx",
-                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                         description=__doc__, formatter_class=RAW)
     e.add_argument("--tasks", nargs="+", default=["humanoid_walk", "cheetah_run"])
     e.add_argument("--num-envs", nargs="+", type=int, default=[256, 1024])
     e.add_argument("--steps", type=int, default=20, help="control steps per jitted call")
@@ -406,55 +414,71 @@ def main(argv: Optional[List[str]] = None) -> int:
     e.add_argument("--min-time", type=float, default=1.0,
                    help="seconds a timed repeat lasts at least (calls are repeated to fill it)")
     e.add_argument("--nthread", type=int, default=0, help="MuJoCo threads (0: one per core)")
-    e.add_argument("--pool-size", type=int, default=1024, help="dm_control resets in the reset pool")
+    e.add_argument("--pool-size", type=int, default=1024,
+                   help="dm_control resets in the reset pool")
     e.add_argument("--skip-mjx", action="store_true", help="leave out the mjx backend")
-    e.add_argument("--mjx-envs", type=int, default=64, help="batch size for mjx (at most --num-envs)")
+    e.add_argument("--mjx-envs", type=int, default=64,
+                   help="batch size for mjx (at most --num-envs)")
     e.add_argument("--mjx-steps", type=int, default=5, help="control steps per timed mjx call")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--quick", action="store_true",
                    help="smoke check: cartpole_balance, 16 envs, few steps, no mjx")
-    t = modes.add_parser("train", help="training env steps/s of agents vs a Python-loop reference TD3",
-                         description=TRAIN_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--algos", nargs="+", default=["td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo"])
+    t = modes.add_parser("train",
+                         help="training env steps/s of agents vs a Python-loop reference TD3",
+                         description=TRAIN_DOC, formatter_class=RAW)
+    t.add_argument("--algos", nargs="+",
+                   default=["td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo"])
     t.add_argument("--tasks", nargs="+", default=["cheetah_run", "humanoid_walk"])
-    t.add_argument("--steps-1env", type=int, default=3000, help="timed env steps at 1 env (after 1000 warm-up)")
+    t.add_argument("--steps-1env", type=int, default=3000,
+                   help="timed env steps at 1 env (after 1000 warm-up)")
     t.add_argument("--steps-many", type=int, default=51200, help="env steps at 256 envs")
-    t.add_argument("--ppo-steps", type=int, default=307_200, help="env steps of the PPO native rows "
-                   "(the mjx row runs 3 rollouts)")
+    t.add_argument("--ppo-steps", type=int, default=307_200,
+                   help="env steps of the PPO native rows (the mjx row runs 3 rollouts)")
     t.add_argument("--ppo-mjx-envs", type=int, default=None,
                    help="envs of the PPO mjx row on cheetah_run (default 1024 on an accelerator, "
                         "128 on a CPU, where MJX is 50-100x slower; 0: skip)")
     t.add_argument("--budget", type=float, default=0.0,
-                   help="wall-clock seconds for a fixed-budget return row per agent at 1 env (0: skip; "
-                        "the `learn` mode's table is the fixed-budget comparison)")
-    t.add_argument("--quick", action="store_true", help="smoke check: cartpole_balance, tiny nets, few steps")
+                   help="wall-clock seconds for a fixed-budget return row per agent at 1 env "
+                        "(0: skip; the `learn` mode's table is the fixed-budget comparison)")
+    t.add_argument("--quick", action="store_true",
+                   help="smoke check: cartpole_balance, tiny nets, few steps")
     sc = modes.add_parser("scale", help="N seeds vmapped in one program vs N sequential runs",
-                          description=SCALE_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+                          description=SCALE_DOC, formatter_class=RAW)
     sc.add_argument("--num-seeds", type=int, default=8)
     sc.add_argument("--task", default="cheetah_run")
-    sc.add_argument("--quick", action="store_true", help="smoke check: 2 seeds, tiny, cartpole_balance")
-    lp = modes.add_parser("learn", help="learning table: final eval return of every agent on 3 tasks",
-                          description=LEARN_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sc.add_argument("--quick", action="store_true",
+                    help="smoke check: 2 seeds, tiny, cartpole_balance")
+    lp = modes.add_parser("learn",
+                          help="learning table: final eval return of every agent on 3 tasks",
+                          description=LEARN_DOC, formatter_class=RAW)
     lp.add_argument("--out", default="bench", help="directory for runs, learn.json, plots")
     lp.add_argument("--algos", nargs="+", default=None)
     lp.add_argument("--tasks", nargs="+", default=None)
-    lp.add_argument("--quick", action="store_true", help="smoke check: td3 and ppo, tiny, cartpole_balance")
-    lp.add_argument("--jobs", type=int, default=bench_learn.JOBS, help="runs at a time, each pinned to its own core")
+    lp.add_argument("--quick", action="store_true",
+                    help="smoke check: td3 and ppo, tiny, cartpole_balance")
+    lp.add_argument("--jobs", type=int, default=bench_learn.JOBS,
+                    help="runs at a time, each pinned to its own core")
     f = modes.add_parser("full", help="everything for the README, resumable, under 2 hours here",
-                         description=FULL_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    f.add_argument("--out", default="bench", help="directory for results (rerun with the same --out to resume)")
+                         description=FULL_DOC, formatter_class=RAW)
+    f.add_argument("--out", default="bench",
+                   help="directory for results (rerun with the same --out to resume)")
     f.add_argument("--quick", action="store_true", help="smoke check of every part (a few minutes)")
     f.add_argument("--jobs", type=int, default=bench_learn.JOBS,
                    help="learning runs at a time, each pinned to its own core")
-    st = modes.add_parser("standard", help="every agent at 100k env steps (PPO at equal wall-clock) on "
-                          "walker_walk and cheetah_run, beside published values; resumable",
-                          description=bench_standard_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    st.add_argument("--out", default=None, help="result JSONs, table and figure (default docs/results/standard)")
-    st.add_argument("--jobs", type=int, default=bench_learn.JOBS, help="runs at a time, each pinned to its own core")
+    st = modes.add_parser("standard", help="every agent at 100k env steps (PPO at equal "
+                          "wall-clock) on walker_walk and cheetah_run, beside published values; "
+                          "resumable",
+                          description=bench_standard_doc(), formatter_class=RAW)
+    st.add_argument("--out", default=None,
+                    help="result JSONs, table and figure (default docs/results/standard)")
+    st.add_argument("--jobs", type=int, default=bench_learn.JOBS,
+                    help="runs at a time, each pinned to its own core")
     st.add_argument("--algos", nargs="+", default=None)
     st.add_argument("--tasks", nargs="+", default=None)
-    st.add_argument("--quick", action="store_true", help="smoke check: td3 and ppo, tiny, cartpole_balance")
-    st.add_argument("--report-only", action="store_true", help="table and figure from the JSONs there, no runs")
+    st.add_argument("--quick", action="store_true",
+                    help="smoke check: td3 and ppo, tiny, cartpole_balance")
+    st.add_argument("--report-only", action="store_true",
+                    help="table and figure from the JSONs there, no runs")
     args = p.parse_args(argv)
     if getattr(args, "jobs", 1) < 1:
         raise UserError("--jobs must be positive")
@@ -474,11 +498,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return full_mode(args.out, args.quick, args.jobs)
     if args.mode == "standard":
         import bench_standard
-        out = args.out or (os.path.join("bench", "standard") if args.quick else bench_standard.RESULTS)
+        out = args.out or (os.path.join("bench", "standard") if args.quick
+                           else bench_standard.RESULTS)
         if args.report_only:
             bench_standard.write_report(bench_standard.load_results(out), out)
         else:
-            bench_standard.standard_mode(out, args.jobs, args.quick, algos=args.algos, tasks=args.tasks)
+            bench_standard.standard_mode(out, args.jobs, args.quick, algos=args.algos,
+                                         tasks=args.tasks)
         return 0
 
     if args.mode == "train":
@@ -487,7 +513,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.ppo_mjx_envs is None:
             args.ppo_mjx_envs = 128 if jax.default_backend() == "cpu" else 1024
         if args.quick:
-            args.tasks, args.steps_1env, args.steps_many, args.budget = ["cartpole_balance"], 300, 5120, 0
+            args.tasks, args.steps_1env, args.steps_many = ["cartpole_balance"], 300, 5120
+            args.budget = 0
             args.ppo_steps, args.ppo_mjx_envs = 64 * 30 * 2, 0
         rows = bench_train.train_mode(args.algos, args.tasks, args.steps_1env, args.steps_many,
                                       args.ppo_steps, args.budget, args.ppo_mjx_envs, args.quick)

@@ -23,7 +23,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import argparse
 import glob
 import json
-import re
 import struct
 from collections import defaultdict
 from typing import Dict, Iterator, List, NamedTuple, Tuple
@@ -115,7 +114,8 @@ def run_dirs(path: str) -> List[str]:
     if not os.path.isdir(path):
         raise UserError(f"no run directory at {path!r}")
     if glob.glob(os.path.join(path, "**", "seed_*"), recursive=True) and (
-            os.path.exists(os.path.join(path, "config.json")) or glob.glob(os.path.join(path, "seed_*"))):
+            os.path.exists(os.path.join(path, "config.json"))
+            or glob.glob(os.path.join(path, "seed_*"))):
         return [path]
     found = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(path, "*", "config.json")))
     if not found:
@@ -176,7 +176,8 @@ def bootstrap_ci(values, resamples: int = RESAMPLES, seed: int = 0) -> Tuple[flo
     means = values[rng.integers(0, len(values), (resamples, len(values)))].mean(1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     # equal values: exactly that value, not a rounding of their mean
-    return float(np.clip(lo, values.min(), values.max())), float(np.clip(hi, values.min(), values.max()))
+    return (float(np.clip(lo, values.min(), values.max())),
+            float(np.clip(hi, values.min(), values.max())))
 
 
 class Curve(NamedTuple):
@@ -255,14 +256,17 @@ def figure(groups: Dict[Group, List[Series]], tag: str):
     for col, task in enumerate(tasks):
         mine = {g: c for g, c in curves.items() if g.task == task}
         unit, scale = time_unit(max(c.times.max() for c in mine.values()))
-        for row, (x_of, xlabel) in enumerate(((lambda c: c.steps, "env steps"),
-                                              (lambda c: c.times / scale, f"wall-clock time ({unit})"))):
+        axes_x = ((lambda c: c.steps, "env steps"),
+                  (lambda c: c.times / scale, f"wall-clock time ({unit})"))
+        for row, (x_of, xlabel) in enumerate(axes_x):
             ax = axes[row, col]
             for g, c in mine.items():
                 n = len(groups[g])
-                ax.plot(x_of(c), c.mean, color=colors[g.agent], label=f"{g.agent} ({n} seed{'s' * (n > 1)})")
+                ax.plot(x_of(c), c.mean, color=colors[g.agent],
+                        label=f"{g.agent} ({n} seed{'s' * (n > 1)})")
                 if n > 1:
-                    ax.fill_between(x_of(c), c.lo, c.hi, color=colors[g.agent], alpha=0.2, linewidth=0)
+                    ax.fill_between(x_of(c), c.lo, c.hi, color=colors[g.agent], alpha=0.2,
+                                    linewidth=0)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(tag)
             ax.set_title(task)
@@ -281,7 +285,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tag", default="eval/episode_return",
                    help="scalar to plot (default eval/episode_return; e.g. charts/episode_return)")
     p.add_argument("--out", default="returns",
-                   help="output path without extension: writes OUT.<format> and OUT.md (default returns)")
+                   help="output path without extension: writes OUT.<format> and OUT.md "
+                        "(default returns)")
     p.add_argument("--format", nargs="+", default=["png"], choices=FORMATS,
                    help="figure format(s) (default png)")
     p.add_argument("--by-run", action="store_true",

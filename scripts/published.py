@@ -50,11 +50,13 @@ def cell(method_prefix: str, task: str, step: int = 100_000) -> str:
 def table(tasks=TASKS, steps=STEPS) -> str:
     """Markdown: every published entry at each task and step."""
     cols = [(t, s) for t in tasks for s in steps]
-    head = "| method | source | seeds | action repeat | " + " | ".join(f"{t} {s // 1000}k" for t, s in cols) + " |"
+    head = ("| method | source | seeds | action repeat | "
+            + " | ".join(f"{t} {s // 1000}k" for t, s in cols) + " |")
     lines = [head, "|" + "---|" * (4 + len(cols))]
     for p in PUBLISHED:
         vals = [f"{p['values'][c]:.0f}" if c in p["values"] else "" for c in cols]
-        lines.append(f"| {p['method']} | {p['source']} | {p['seeds']} | {p['ar']} | " + " | ".join(vals) + " |")
+        lines.append(f"| {p['method']} | {p['source']} | {p['seeds']} | {p['ar']} | "
+                     + " | ".join(vals) + " |")
     return "\n".join(lines)
 
 

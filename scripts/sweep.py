@@ -60,9 +60,9 @@ def main(argv=None):
         rest = ["--help"]
     if args.algo is None:
         raise UserError(f"--algo is required; one of {', '.join(ALGOS)}")
-    from common import agent
+    from common import cli
     module = importlib.import_module(f"algos.{args.algo}")
-    return agent.cli_main(args.algo, module.Config, module.make_train, rest, sweep_specs=args.sweep)
+    return cli.main(module.AGENT, rest, sweep_specs=args.sweep)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ def test_envs_quick_prints_a_table():
     r = _run("envs", "--quick")
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
-    head = [i for i, l in enumerate(lines) if "raw rollout" in l and "native/raw" in l]
+    head = [i for i, ln in enumerate(lines) if "raw rollout" in ln and "native/raw" in ln]
     assert head, r.stdout
-    rows = [l for l in lines[head[-1] + 2:] if l.startswith("cartpole_balance")]
+    rows = [ln for ln in lines[head[-1] + 2:] if ln.startswith("cartpole_balance")]
     assert len(rows) == 1, r.stdout
     fields = rows[0].split()
     assert fields[1] == "16"
@@ -34,7 +34,7 @@ def test_bad_task_is_one_line_and_exit_2():
     r = _run("envs", "--tasks", "cheetah_fly", "--skip-mjx")
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
-    err = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "cheetah_fly" in err[0] and "cheetah_run" in err[0]
 
 
@@ -52,17 +52,18 @@ def test_full_quick_runs_every_part_and_writes_a_report(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "about" in r.stdout.splitlines()[0] and "minutes" in r.stdout.splitlines()[0]
     train = open(os.path.join(out, "train.txt")).read()
-    rows = [l for l in train.splitlines() if l.startswith("cartpole_balance")]
-    ref = [l for l in rows if "reference TD3" in l]
+    rows = [ln for ln in train.splitlines() if ln.startswith("cartpole_balance")]
+    ref = [ln for ln in rows if "reference TD3" in ln]
     assert ref and "1.00x" in ref[0], train
-    td3 = [l for l in rows if " td3 " in l and "1 env" in l]
+    td3 = [ln for ln in rows if " td3 " in ln and "1 env" in ln]
     ratio = [f for f in td3[0].split() if f.endswith("x")]
     assert ratio and float(ratio[0][:-1]) > 0, td3
-    assert any(" ppo " in l for l in rows), train
+    assert any(" ppo " in ln for ln in rows), train
     report = open(os.path.join(out, "results.md")).read()
-    for title in ("Environment throughput", "Training throughput", "Seeds in one program", "Learning"):
+    for title in ("Environment throughput", "Training throughput", "Seeds in one program",
+                  "Learning"):
         assert title in report, report
-    learn = [l for l in report.splitlines() if l.startswith("| td3 |")]
+    learn = [ln for ln in report.splitlines() if ln.startswith("| td3 |")]
     assert learn and "steps" in learn[0], report
     again = _run("full", "--quick", "--out", out, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -75,12 +76,13 @@ def test_wall_table_picks_the_last_evaluation_within_the_budget(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import bench_learn
     from test_plot import write_run
-    write_run(tmp_path / "runs", "cheetah_run__td3__1__100", {1: [10, 20, 30], 2: [30, 40, 60]}, "cheetah_run")
+    write_run(tmp_path / "runs", "cheetah_run__td3__1__100", {1: [10, 20, 30], 2: [30, 40, 60]},
+              "cheetah_run")
     rows = [dict(algo="td3", task="cheetah_run", run_dir="runs/cheetah_run__td3__1__100")]
 
     def cell(seconds):
-        line = [l for l in bench_learn.wall_table(rows, str(tmp_path), seconds).splitlines()
-                if l.startswith("| td3 |")][0]
+        line = [ln for ln in bench_learn.wall_table(rows, str(tmp_path), seconds).splitlines()
+                if ln.startswith("| td3 |")][0]
         return line.split("|")[2].strip()
 
     assert cell(12) == "30 (2k steps)"     # mean of 20 and 40, logged at 10 s

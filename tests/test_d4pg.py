@@ -80,10 +80,10 @@ def test_bad_input_one_line_exit_2_no_run_dir(args, message, tmp_path, capsys):
 
 # --------------------------------------------------------------------- learning
 
-LEARN = d4pg.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2, eval_every=2000,
-                    eval_episodes=4, checkpoint_every=0, total_timesteps=30000, learning_starts=1000,
-                    buffer_size=30000, batch_size=128, hidden_sizes=(64, 64), n_step=3, num_atoms=51,
-                    actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
+LEARN = d4pg.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2,
+                    eval_every=2000, eval_episodes=4, checkpoint_every=0, total_timesteps=30000,
+                    learning_starts=1000, buffer_size=30000, batch_size=128, hidden_sizes=(64, 64),
+                    n_step=3, num_atoms=51, actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
 
 
 def test_learns_cartpole_balance():

@@ -49,7 +49,8 @@ def test_smoke_mjx():
 # --------------------------------------------------------------------- target and noise
 
 def test_td_target_respects_discount():
-    y = ddpg.td_target(jnp.array([1.0, 1.0, 1.0]), jnp.array([0.5, 0.0, 0.9]), jnp.array([1.0, 5.0, -1.0]))
+    y = ddpg.td_target(jnp.array([1.0, 1.0, 1.0]), jnp.array([0.5, 0.0, 0.9]),
+                       jnp.array([1.0, 5.0, -1.0]))
     np.testing.assert_allclose(y, [1.5, 1.0, 1.0 - 0.9], rtol=1e-6)
 
 
@@ -64,7 +65,8 @@ def test_ou_noise_statistics():
 
     x0 = jnp.zeros((E, 1))
     _, (before, after) = jax.lax.scan(step, x0, jax.random.split(jax.random.PRNGKey(0), 300))
-    before, after = np.asarray(before[100:]).ravel(), np.asarray(after[100:]).ravel()  # past burn-in
+    # past burn-in
+    before, after = np.asarray(before[100:]).ravel(), np.asarray(after[100:]).ravel()
     stationary = sigma / np.sqrt(1 - (1 - theta) ** 2)
     assert abs(after.mean()) < 0.01
     np.testing.assert_allclose(after.std(), stationary, rtol=0.03)
@@ -76,7 +78,8 @@ def test_ou_noise_resets_at_episode_ends():
     done = jnp.array([True, False])
     key = jax.random.PRNGKey(1)
     # without fresh noise: the finished env restarts from 0, the other decays
-    np.testing.assert_allclose(ddpg.ou_step(x, key, 0.15, 0.0, done), [[0, 0], [2.55, -2.55]], rtol=1e-6)
+    np.testing.assert_allclose(ddpg.ou_step(x, key, 0.15, 0.0, done), [[0, 0], [2.55, -2.55]],
+                               rtol=1e-6)
     # with noise: the finished env's value is the fresh noise alone
     fresh = ddpg.ou_step(jnp.zeros_like(x), key, 0.15, 0.2, done)
     got = ddpg.ou_step(x, key, 0.15, 0.2, done)
@@ -100,10 +103,10 @@ def test_bad_input_one_line_exit_2_no_run_dir(args, message, tmp_path, capsys):
 
 # --------------------------------------------------------------------- learning
 
-LEARN = ddpg.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2, eval_every=2000,
-                    eval_episodes=4, checkpoint_every=0, total_timesteps=30000, learning_starts=1000,
-                    buffer_size=30000, batch_size=128, hidden_sizes=(64, 64), n_step=3, critic_layer_norm=True,
-                    actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
+LEARN = ddpg.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2,
+                    eval_every=2000, eval_episodes=4, checkpoint_every=0, total_timesteps=30000,
+                    learning_starts=1000, buffer_size=30000, batch_size=128, hidden_sizes=(64, 64),
+                    n_step=3, critic_layer_norm=True, actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
 
 
 def test_learns_cartpole_balance():

@@ -138,8 +138,8 @@ def test_reset_distribution_matches_dm_control(name):
     varies = s2 > 1e-6
     np.testing.assert_array_less(s1[~varies], 1e-6)
     # relative sampling error of a standard deviation is about 1/sqrt(2n) each
-    assert (np.abs(np.log(s1[varies] / s2[varies])) < 5 * np.sqrt(1 / (2 * n_ours) + 1 / (2 * n))).all(), \
-        (s1, s2)
+    bound = 5 * np.sqrt(1 / (2 * n_ours) + 1 / (2 * n))
+    assert (np.abs(np.log(s1[varies] / s2[varies])) < bound).all(), (s1, s2)
 
 
 def test_pool_is_dm_control_first_resets_whatever_was_built_before():
@@ -219,7 +219,8 @@ def test_auto_reset_keeps_final_obs_and_episode_stats(cartpole, cartpole_fns, ep
     np.testing.assert_array_equal(np.asarray(s1000.reward), np.asarray(free.reward))
     # while obs and physics are those of a fresh reset
     reset_obs, reset_qpos = _reset_set(env, cartpole_fns["reset"], qpos=cartpole_fns["qpos"])
-    obs, qpos, free_obs = np.asarray(s1000.obs), np.asarray(cartpole_fns["qpos"](s1000)), np.asarray(free.obs)
+    obs, qpos = np.asarray(s1000.obs), np.asarray(cartpole_fns["qpos"](s1000))
+    free_obs = np.asarray(free.obs)
     for i in range(3):
         assert _is_row_of(obs[i], reset_obs)
         assert _is_row_of(qpos[i], reset_qpos)
@@ -244,7 +245,8 @@ def test_nested_vmap_one_callback_per_step_and_same_results(cartpole, cartpole_f
     monkeypatch.setattr(env.native, "host_step", counting)  # read when the callback is traced
     seeds, n, steps = 2, 3, 5
     keys = jax.random.split(jax.random.PRNGKey(0), seeds * n).reshape(seeds, n, 2)
-    acts = jax.random.uniform(jax.random.PRNGKey(1), (steps, seeds, n, env.action_size), minval=-1, maxval=1)
+    acts = jax.random.uniform(jax.random.PRNGKey(1), (steps, seeds, n, env.action_size),
+                              minval=-1, maxval=1)
 
     @jax.jit
     def run(keys, acts):
@@ -277,7 +279,8 @@ def test_split_observation_stage_is_bit_identical():
     ref.split = False
     n = max(native_mod.SPLIT_MIN, 64)
     assert fast._split(n) and not ref._split(n)
-    bits = np.asarray(jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), n)).physics)
+    keys = jax.random.split(jax.random.PRNGKey(0), n)
+    bits = np.asarray(jax.jit(jax.vmap(env.reset))(keys).physics)
     rng = np.random.default_rng(0)
     for t in range(25):  # falls and lands: contacts
         a = rng.uniform(-1, 1, (n, env.action_size)).astype(np.float32)
@@ -298,7 +301,8 @@ def test_diverging_simulation_is_reset_and_counted(cartpole, cartpole_fns, bad):
     qpos = np.asarray(cartpole_fns["qpos"](good), np.float64)
     qvel = np.asarray(cartpole_fns["qvel"](good), np.float64)
     qvel[1] = bad  # env 1 diverges
-    s = jax.vmap(lambda q, v, k: env.init_state(q, v, key=k))(jnp.asarray(qpos), jnp.asarray(qvel), keys)
+    s = jax.vmap(lambda q, v, k: env.init_state(q, v, key=k))(jnp.asarray(qpos), jnp.asarray(qvel),
+                                                               keys)
     act = jnp.zeros((3, env.action_size))
     s1 = cartpole_fns["step"](s, act)
     q1, v1 = cartpole_fns["qpos"](s1), cartpole_fns["qvel"](s1)

@@ -64,12 +64,13 @@ TASKS = envs.names()
 # CI compares one cheap model per kind of physics (no contacts, a cart, planar
 # contacts, a free-floating cup, and swimmer for the refusal); `-m slow` every
 # task (compiling MJX for a model costs 5-90 s of CPU here).
-CI_TASKS = ("pendulum_swingup", "cartpole_balance", "hopper_stand", "cheetah_run", "ball_in_cup_catch",
-            "swimmer_swimmer6")
+CI_TASKS = ("pendulum_swingup", "cartpole_balance", "hopper_stand", "cheetah_run",
+            "ball_in_cup_catch", "swimmer_swimmer6")
 
 
 def _params():
-    return [name if name in CI_TASKS else pytest.param(name, marks=pytest.mark.slow) for name in TASKS]
+    return [name if name in CI_TASKS else pytest.param(name, marks=pytest.mark.slow)
+            for name in TASKS]
 
 
 PARAMS = _params()
@@ -204,7 +205,8 @@ def _compare_task(name, program):
     """Both backends on the same states and actions: task outputs and fields."""
     nat = mj = _mjx(name)  # the mjx Env carries the native backend too (pool, NativePhysics)
     rng = np.random.default_rng(0)
-    actions = rng.uniform(nat.action_low, nat.action_high, (T, B, nat.action_size)).astype(np.float32)
+    actions = rng.uniform(nat.action_low, nat.action_high,
+                          (T, B, nat.action_size)).astype(np.float32)
 
     # Native free-running trajectories from dm_control resets, rounded.
     rows0 = _round32(mj, envs._initial_pool(name, nat.pool_size, nat.pool_seed)[0][:B])
@@ -230,7 +232,9 @@ def _compare_task(name, program):
     comps = lambda r: {k: jnp.asarray(v) for k, v in _components(mj, r).items()}
     m_fields, m_bad = program(comps(rows0), comps(forced_rows), jnp.asarray(actions))
     m_fields = jax.tree.map(np.asarray, m_fields)           # (T, 3B, ...)
-    part = lambda k: {f: v[:, k * B:(k + 1) * B].reshape(T * B, *v.shape[2:]) for f, v in m_fields.items()}
+    def part(k):
+        return {f: v[:, k * B:(k + 1) * B].reshape(T * B, *v.shape[2:])
+                for f, v in m_fields.items()}
 
     n_fields = {"free": _split(nat, np.stack(free_flat).reshape(T * B, -1)),
                 "one": _split(nat, one_flat), "fwd": _split(nat, fwd_flat)}
@@ -240,8 +244,10 @@ def _compare_task(name, program):
     out = {"bad": (np.stack(nat_bad), np.asarray(m_bad)[:, :2 * B]),
            "acc_dep": _acc_dependence(nat, n_fields["fwd"], task, fwd_ctrl)}
     for k in ("free", "one", "fwd"):
-        c = fwd_ctrl if k == "fwd" else ctrl   # the reset-time forward has no action: any control cost
-        out[k] = (_task_outputs(nat, n_fields[k], task, c), _task_outputs(nat, m_fields[k], task, c))
+        # the reset-time forward has no action: any control cost
+        c = fwd_ctrl if k == "fwd" else ctrl
+        out[k] = (_task_outputs(nat, n_fields[k], task, c),
+                  _task_outputs(nat, m_fields[k], task, c))
         out[k + "_fields"] = (jax.tree.map(np.asarray, n_fields[k]), m_fields[k])
     return out
 
@@ -266,11 +272,13 @@ def _task_outputs(env, fields, task, ctrl):
     if env.name not in _TASK_FNS:
         def f(d, p, a):
             d = env._fields(dict(d), p, a)
-            return (envs.flatten(env.task.observe(d)), jnp.asarray(env.task.reward(d), jnp.float32).reshape(()),
+            return (envs.flatten(env.task.observe(d)),
+                    jnp.asarray(env.task.reward(d), jnp.float32).reshape(()),
                     jnp.asarray(env.task.terminate(d), bool).reshape(()))
         _TASK_FNS[env.name] = jax.jit(jax.vmap(f))
     fields = {k: jnp.asarray(v, jnp.float32) for k, v in fields.items()}
-    return jax.tree.map(np.asarray, _TASK_FNS[env.name](fields, jnp.asarray(task), jnp.asarray(ctrl)))
+    out = _TASK_FNS[env.name](fields, jnp.asarray(task), jnp.asarray(ctrl))
+    return jax.tree.map(np.asarray, out)
 
 
 # --- checks ------------------------------------------------------------------------
@@ -289,7 +297,8 @@ def _acc_dependence(env, fields, task, ctrl):
     acc = _acc_sensordata(env.model)
     if "sensordata" not in fields or not acc.size:
         return np.zeros(env.observation_size, bool), False
-    moved = dict(fields, sensordata=fields["sensordata"].at[:, acc].set(fields["sensordata"][:, acc] * 1.5 + 1))
+    sensordata = fields["sensordata"]
+    moved = dict(fields, sensordata=sensordata.at[:, acc].set(sensordata[:, acc] * 1.5 + 1))
     (o0, r0, _), (o1, r1, _) = (_task_outputs(env, f, task, ctrl) for f in (fields, moved))
     return (o0 != o1).any(0), bool((r0 != r1).any())
 
@@ -304,9 +313,10 @@ def _assert_close(name, what, m, n, rtol, atol):
               f"tolerance-used={ratio.max(initial=0):.2f}")
     if not (ratio <= 1).all():  # also catches NaN
         i = np.unravel_index(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)), ratio.shape)
-        raise AssertionError(f"{name}: {what}: {(~(ratio <= 1)).sum()} of {ratio.size} entries beyond "
-                             f"tolerance; worst at {i}: mjx {m[i]:.7g} native {n[i]:.7g} "
-                             f"(|diff| {diff[i]:.3g}, allowed {np.broadcast_to(atol, n.shape)[i] + rtol * abs(n[i]):.3g})")
+        allowed = np.broadcast_to(atol, n.shape)[i] + rtol * abs(n[i])
+        raise AssertionError(f"{name}: {what}: {(~(ratio <= 1)).sum()} of {ratio.size} entries "
+                             f"beyond tolerance; worst at {i}: mjx {m[i]:.7g} native {n[i]:.7g} "
+                             f"(|diff| {diff[i]:.3g}, allowed {allowed:.3g})")
 
 
 def _check_fields(name, what, nat, mj, env, tol):
@@ -333,7 +343,8 @@ def _check_outputs(name, what, nat, mj, tol, acc_dep):
     loose = {k: max(tol[k], TOL_ACC_OBS[k]) for k in tol}
     _assert_close(name, f"{what} obs", m_obs[:, ~obs_dep], n_obs[:, ~obs_dep], **tol)
     if obs_dep.any():
-        _assert_close(name, f"{what} obs (acc sensors)", m_obs[:, obs_dep], n_obs[:, obs_dep], **loose)
+        _assert_close(name, f"{what} obs (acc sensors)", m_obs[:, obs_dep], n_obs[:, obs_dep],
+                      **loose)
     # A thresholded reward (sparse tasks) may flip for a state within float32
     # noise of its threshold; that is only excused where the observation of
     # that very transition already differs beyond float32 rounding.
@@ -341,9 +352,11 @@ def _check_outputs(name, what, nat, mj, tol, acc_dep):
     diff = np.abs(m_rew - n_rew)
     obs_same = np.isclose(m_obs, n_obs, **TOL_STATE).all(-1)
     if REPORT:
-        print(f"\n[mjx-report] {name:24s} {what + ' reward':28s} max|diff|={diff.max(initial=0):.2e}")
+        print(f"\n[mjx-report] {name:24s} {what + ' reward':28s} "
+              f"max|diff|={diff.max(initial=0):.2e}")
     wrong = (diff > rtol) & obs_same
-    assert not wrong.any(), f"{name}: {what} rewards differ by {diff[wrong].max():.2e} at {np.flatnonzero(wrong)[:5]}"
+    assert not wrong.any(), (f"{name}: {what} rewards differ by {diff[wrong].max():.2e} "
+                             f"at {np.flatnonzero(wrong)[:5]}")
     wrong = (m_term != n_term) & obs_same
     assert not wrong.any(), f"{name}: {what} terminations differ at {np.flatnonzero(wrong)[:5]}"
 
@@ -420,8 +433,10 @@ def test_api_under_jit_and_nested_vmap():
     a = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (2, 2, env.action_size)), jnp.float32)
     s1, ns1 = step(s, a), nstep(ns, a)
     np.testing.assert_allclose(np.asarray(s1.obs), np.asarray(ns1.obs), **TOL_ONE_STEP)
-    np.testing.assert_allclose(np.asarray(s1.reward), np.asarray(ns1.reward), atol=TOL_ONE_STEP["atol"])
-    np.testing.assert_allclose(np.asarray(vv(env.qpos)(s1)), np.asarray(vv(nat.qpos)(ns1)), **TOL_ONE_STEP)
+    np.testing.assert_allclose(np.asarray(s1.reward), np.asarray(ns1.reward),
+                               atol=TOL_ONE_STEP["atol"])
+    np.testing.assert_allclose(np.asarray(vv(env.qpos)(s1)), np.asarray(vv(nat.qpos)(ns1)),
+                               **TOL_ONE_STEP)
     assert not np.asarray(s1.truncated).any() and (np.asarray(s1.info["episode_length"]) == 1).all()
 
     # the time limit truncates and auto-resets from the pool, keeping the final obs
@@ -449,7 +464,8 @@ def test_api_under_jit_and_nested_vmap():
     np.testing.assert_array_equal(np.asarray(s3.info["nonfinite"]), bad.astype(np.int32))
     np.testing.assert_array_equal(np.asarray(s3.truncated), bad)
     assert np.isfinite(np.asarray(s3.obs)).all() and np.isfinite(np.asarray(s3.reward)).all()
-    np.testing.assert_allclose(np.asarray(s3.obs)[0], np.asarray(nstep(nsi, a).obs)[0], **TOL_ONE_STEP)
+    np.testing.assert_allclose(np.asarray(s3.obs)[0], np.asarray(nstep(nsi, a).obs)[0],
+                               **TOL_ONE_STEP)
 
 
 def test_unsupported_feature_message_for_a_model_mjx_cannot_run():

@@ -19,6 +19,13 @@ TINY = mpo.Config(env="cartpole_balance", backend="native", num_envs=2, num_seed
                   n_step=3, num_samples=8)
 
 
+# every metric an MPO update logs
+METRICS = ("losses/qf_loss", "losses/qf1_values", "losses/actor_loss", "losses/temperature_loss",
+           "stats/temperature", "stats/alpha_mean", "stats/alpha_stddev", "stats/kl_weights",
+           "stats/kl_mean", "stats/kl_stddev", "stats/policy_std", "stats/penalty_temperature",
+           "stats/kl_penalty")
+
+
 @pytest.fixture(scope="module")
 def tiny_run():
     return checks.tiny_run(mpo, TINY)
@@ -27,7 +34,7 @@ def tiny_run():
 def test_smoke_native_two_seeds(tiny_run):
     checks.check_smoke(tiny_run)
     h = tiny_run["history"]
-    for name in mpo.METRICS:
+    for name in METRICS:
         assert np.isfinite(h[name][:, -1]).all(), name
     duals = tiny_run["final"].duals
     assert duals.alpha_mean.shape == (2, 1)                   # per dimension: cartpole has one
@@ -93,7 +100,8 @@ def test_e_step_weights_are_a_normalised_softmax_over_samples():
     np.testing.assert_allclose(g, jax.lax.stop_gradient(jax.nn.softmax(q / 2.0, axis=0)), rtol=1e-5)
 
 
-@pytest.mark.parametrize("spread,eta_rises", [(30.0, True), (0.01, False)], ids=["kl>eps", "kl<eps"])
+@pytest.mark.parametrize("spread,eta_rises", [(30.0, True), (0.01, False)],
+                         ids=["kl>eps", "kl<eps"])
 def test_temperature_dual_gradient_is_epsilon_minus_kl(spread, eta_rises):
     """d/d eta [eta eps + eta mean log mean exp(q / eta)] = eps - KL(w || uniform):
     the temperature rises while the weights are further than epsilon from the
@@ -127,12 +135,15 @@ def test_action_cost_is_zero_inside_the_bounds_and_the_distance_outside():
 
 
 def _penalized(actions, penalty_param, eps_penalty=1e-3, penalize=True):
-    hp = mpo.hparams(dataclasses.replace(TINY, epsilon_penalty=eps_penalty))
+    hp = mpo.AGENT.hparams(dataclasses.replace(TINY, epsilon_penalty=eps_penalty))
     B, A = actions.shape[1:]
     duals = mpo.init_duals(hp, A)._replace(penalty_temperature=penalty_param)
-    q = jnp.zeros(actions.shape[:2])                  # Q says nothing: only the penalty ranks actions
+    q = jnp.zeros(actions.shape[:2])            # Q says nothing: only the penalty ranks actions
     mean, std = jnp.zeros((B, A)), jnp.ones((B, A))
-    return lambda duals: mpo.policy_loss(mean, std, mean, std, actions, q, duals, hp, True, penalize), duals
+
+    def loss(duals):
+        return mpo.policy_loss(mean, std, mean, std, actions, q, duals, hp, True, penalize)
+    return loss, duals
 
 
 def test_penalty_dual_gradient_is_epsilon_penalty_minus_its_kl():
@@ -145,7 +156,8 @@ def test_penalty_dual_gradient_is_epsilon_penalty_minus_its_kl():
     grads, metrics = jax.grad(loss, has_aux=True)(duals)
     kl = float(metrics["stats/kl_penalty"])
     eta_slope = float(jax.nn.sigmoid(param))          # d softplus(param) / d param
-    np.testing.assert_allclose(float(grads.penalty_temperature), (1e-3 - kl) * eta_slope, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(float(grads.penalty_temperature), (1e-3 - kl) * eta_slope,
+                               rtol=1e-4, atol=1e-7)
     assert kl > 1e-3 and float(grads.penalty_temperature) < 0     # beyond the bound: eta rises
     # without penalization the penalty dual gets no gradient and no weight
     off, _ = _penalized(actions, param, penalize=False)
@@ -168,8 +180,8 @@ def test_penalty_dual_converges_to_its_bound_and_moves_the_mean_inside():
         updates, opt = tx.update(g, opt)
         return (optax.apply_updates(param, updates), opt), None
 
-    (param, _), _ = jax.lax.scan(step, (duals.penalty_temperature, tx.init(duals.penalty_temperature)),
-                                 None, length=1000)
+    start = duals.penalty_temperature
+    (param, _), _ = jax.lax.scan(step, (start, tx.init(start)), None, length=1000)
     _, metrics = loss(duals._replace(penalty_temperature=param))
     np.testing.assert_allclose(float(metrics["stats/kl_penalty"]), eps, rtol=0.05)
     # the weighted M-step target: actions beyond +1 get less weight than those inside
@@ -193,10 +205,12 @@ def _m_step(init_alpha, dual_lr, per_dim=True, steps=6000, B=16, A=2, N=20):
     N(0, 1) with a huge advantage for the largest actions, with the full
     policy + dual loss (E-step weights, decoupled M-step, Lagrange duals).
     Returns the mean and std KLs per dimension, averaged over the last steps."""
-    hp = mpo.hparams(dataclasses.replace(TINY, init_alpha_mean=init_alpha, init_alpha_stddev=init_alpha,
-                                         init_temperature=1.0))._replace(dual_lr=dual_lr)
+    config = dataclasses.replace(TINY, init_alpha_mean=init_alpha, init_alpha_stddev=init_alpha,
+                                 init_temperature=1.0)
+    hp = mpo.AGENT.hparams(config)._replace(dual_lr=dual_lr)
     target_mean, target_std = jnp.zeros((B, A)), jnp.ones((B, A))
-    actions = distrax.Normal(target_mean, target_std).sample(seed=jax.random.PRNGKey(3), sample_shape=N)
+    actions = distrax.Normal(target_mean, target_std).sample(seed=jax.random.PRNGKey(3),
+                                                             sample_shape=N)
     q = 1e4 * actions.sum(-1)                                      # [N, B]
     policy_tx, dual_tx = optax.adam(1e-3), optax.adam(hp.dual_lr)
     policy = (target_mean, jnp.log(target_std))
@@ -204,8 +218,8 @@ def _m_step(init_alpha, dual_lr, per_dim=True, steps=6000, B=16, A=2, N=20):
 
     def loss(policy, duals):
         mean, log_std = policy
-        return mpo.policy_loss(mean, jnp.exp(log_std), target_mean, target_std, actions, q, duals, hp,
-                               per_dim)
+        return mpo.policy_loss(mean, jnp.exp(log_std), target_mean, target_std, actions, q, duals,
+                               hp, per_dim)
 
     def step(carry, _):
         policy, duals, p_opt, d_opt = carry
@@ -233,7 +247,8 @@ def test_kl_constraints_bind_under_a_huge_advantage():
     np.testing.assert_allclose(kl_mean, TINY.epsilon_mean, rtol=0.15)
     np.testing.assert_allclose(kl_std, TINY.epsilon_stddev, rtol=0.15)
     free_mean, free_std = _m_step(init_alpha=1e-7, dual_lr=0.0)   # multipliers held at ~0
-    assert (free_mean > 100 * TINY.epsilon_mean).all() and (free_std > 100 * TINY.epsilon_stddev).all()
+    assert (free_mean > 100 * TINY.epsilon_mean).all()
+    assert (free_std > 100 * TINY.epsilon_stddev).all()
 
 
 def test_kl_constraint_on_the_sum_over_dimensions():
@@ -245,7 +260,7 @@ def test_kl_constraint_on_the_sum_over_dimensions():
 
 
 def test_duals_stay_positive_per_dimension():
-    hp = mpo.hparams(TINY)
+    hp = mpo.AGENT.hparams(TINY)
     duals = mpo.init_duals(hp, 3)
     assert duals.alpha_mean.shape == (3,) and duals.temperature.shape == ()
     np.testing.assert_allclose(mpo.positive(duals.temperature), TINY.init_temperature, rtol=1e-6)
@@ -253,7 +268,8 @@ def test_duals_stay_positive_per_dimension():
     np.testing.assert_allclose(mpo.positive(duals.alpha_stddev), TINY.init_alpha_stddev, rtol=1e-6)
     assert mpo.init_duals(hp, 1).alpha_mean.shape == (1,)
     # far below zero the projection keeps them positive
-    low = mpo.project_duals(mpo.Duals(jnp.float32(-1e3), -1e3 * jnp.ones(3), jnp.ones(3), jnp.float32(-1e3)))
+    low = mpo.project_duals(mpo.Duals(jnp.float32(-1e3), -1e3 * jnp.ones(3), jnp.ones(3),
+                                      jnp.float32(-1e3)))
     assert float(low.temperature) == mpo.MIN_DUAL_PARAM and (mpo.positive(low.alpha_mean) > 0).all()
 
 

@@ -2,7 +2,6 @@
 means, bootstrap bounds, seed counts and steps; pooling of runs; a resumed
 stream; wall-clock times; the figure files; bad input."""
 import os
-import re
 import sys
 import time
 
@@ -10,7 +9,8 @@ import numpy as np
 import pytest
 from tensorboardX import SummaryWriter
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import plot  # noqa: E402
 
 TAG = "eval/episode_return"
@@ -49,7 +49,8 @@ def rows_of(text):
 def logs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     # td3 on cheetah_run in two runs, pooled: finals 100, 200 and 150
-    a, starts = write_run(root, "cheetah_run__td3__1__100", {1: [10, 20, 999], 2: [30, 40, 200]}, "cheetah_run")
+    a, starts = write_run(root, "cheetah_run__td3__1__100", {1: [10, 20, 999], 2: [30, 40, 200]},
+                          "cheetah_run")
     time.sleep(0.01)
     # a resumed seed 1: a later event file logs step 3000 again; the later value wins
     w = SummaryWriter(str(a / "seed_1"), filename_suffix=".resumed")
@@ -109,10 +110,12 @@ def test_bootstrap_two_values_spans_them():
 
 
 def test_by_run_other_tag_and_single_run(logs, tmp_path):
-    text = plot.main([str(logs / "cheetah_run__td3__1__100"), str(logs / "cheetah_run__td3__7__200"),
+    text = plot.main([str(logs / "cheetah_run__td3__1__100"),
+                      str(logs / "cheetah_run__td3__7__200"),
                       "--by-run", "--tag", "charts/sps", "--out", str(tmp_path / "sps")])
     rows = rows_of(text)
-    assert rows[("cheetah_run", "cheetah_run__td3__1__100")] == ["123.0", "[123.0, 123.0]", "2", "3000"]
+    assert rows[("cheetah_run", "cheetah_run__td3__1__100")] == ["123.0", "[123.0, 123.0]", "2",
+                                                                 "3000"]
     assert rows[("cheetah_run", "cheetah_run__td3__7__200")][2] == "1"
 
 

@@ -1,8 +1,8 @@
+"""PPO end to end: smoke on both backends, seeds, resume, deterministic
+action, GAE, the clipped objectives, observation statistics, orthogonal
+init, CLI, bad input and learning. Tiny networks and budgets; the compiled
+program is shared by the module."""
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from algos import ppo
-from common import agent, checkpoint, normalize
+from common import agent, normalize
+from tests import agent_checks as checks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every optional branch on (reward normalisation, value clipping, lr annealing),
 # rollouts of 4 envs x 8 steps, chunks of 31 rollouts (992 env steps).
 TINY = ppo.Config(env="cartpole_balance", backend="native", num_envs=4, num_seeds=2,
@@ -26,18 +26,7 @@ LOSSES = ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/a
 
 @pytest.fixture(scope="module")
 def tiny_run():
-    """Two seeds, two chunks; every chunk's checkpointed state kept in memory."""
-    saved, logged = {}, []
-    hooks = agent.Hooks(log=lambda lead, step, m: logged.append((lead, int(np.ravel(step)[0]))),
-                        checkpoint=lambda lead, c, s: saved.__setitem__(int(np.ravel(c)[0]),
-                                                                         jax.tree.map(np.array, s)))
-    train = ppo.make_train(TINY, hooks)
-    keys = jax.random.split(jax.random.PRNGKey(0), TINY.num_seeds)
-    run = jax.jit(jax.vmap(train.run, in_axes=(0, None)))
-    states = jax.jit(jax.vmap(train.init))(keys)
-    final, history = run(states, 0)
-    return dict(train=train, run=run, keys=keys, final=jax.tree.map(np.asarray, final),
-                history=jax.tree.map(np.asarray, history), saved=saved, logged=logged)
+    return checks.tiny_run(ppo, TINY)
 
 
 def test_smoke_native_two_seeds(tiny_run):
@@ -53,11 +42,10 @@ def test_smoke_native_two_seeds(tiny_run):
     # learning rate annealed linearly over the 62 rollouts
     lr = history["stats/learning_rate"]
     assert np.all(lr[:, 1] < lr[:, 0]) and np.all(lr > 0)
-    # seeds get their own streams
-    a = final.actor_params["params"]["Dense_0"]["kernel"]
-    assert not np.array_equal(a[0], a[1])
-    assert not np.array_equal(final.env_state.obs[0], final.env_state.obs[1])
-    assert not np.array_equal(final.key[0], final.key[1])
+
+
+def test_seeds_get_their_own_streams(tiny_run):
+    checks.check_seeds_differ(tiny_run)
 
 
 def test_act_uses_the_clipped_mean_when_deterministic(tiny_run):
@@ -68,40 +56,18 @@ def test_act_uses_the_clipped_mean_when_deterministic(tiny_run):
     mean, log_std = ppo.Actor(TINY.actor_hidden_sizes, env.action_size).apply(
         state.actor_params, normalize.normalize(state.obs_stats, obs))
     np.testing.assert_allclose(act(state, obs, None, True), jnp.clip(mean, -1, 1), rtol=1e-6)
-    a, b = act(state, obs, jax.random.PRNGKey(0), False), act(state, obs, jax.random.PRNGKey(1), False)
+    a = act(state, obs, jax.random.PRNGKey(0), False)
+    b = act(state, obs, jax.random.PRNGKey(1), False)
     assert not np.array_equal(a, b) and np.all(np.abs(a) <= 1)
 
 
 def test_resume_is_bitwise_identical(tiny_run, tmp_path):
-    """Checkpoint after chunk 0, write and read it, continue: same state and metrics."""
-    path = str(tmp_path / "checkpoint.npz")
-    checkpoint.save(path, tiny_run["saved"][0], {"algo": "ppo", "env": TINY.env, "num_seeds": 2, "chunk": 0})
-    template = jax.eval_shape(jax.vmap(tiny_run["train"].init), tiny_run["keys"])
-    restored, header = checkpoint.load(path, template, {"algo": "ppo", "env": TINY.env})
-    resumed, history = tiny_run["run"](restored, header["chunk"] + 1)
-    for a, b in zip(jax.tree.leaves(tiny_run["final"]), jax.tree.leaves(resumed)):
-        np.testing.assert_array_equal(a, np.asarray(b))
-    for name, values in tiny_run["history"].items():
-        if name != "host_calls":
-            np.testing.assert_array_equal(values[:, 1], np.asarray(history[name])[:, 1], err_msg=name)
-    # the final in-program checkpoint equals the final state too
-    for a, b in zip(jax.tree.leaves(tiny_run["final"]), jax.tree.leaves(tiny_run["saved"][1])):
-        np.testing.assert_array_equal(a, b)
+    checks.check_resume_bitwise(tiny_run, "ppo", tmp_path)
 
 
-def test_checkpoint_of_other_agent_or_shape_is_refused(tiny_run, tmp_path):
-    from common.errors import UserError
-    path = str(tmp_path / "c.npz")
-    state = tiny_run["saved"][0]
-    template = jax.eval_shape(jax.vmap(tiny_run["train"].init), tiny_run["keys"])
-    checkpoint.save(path, state, {"algo": "td3", "env": TINY.env})
-    with pytest.raises(UserError, match="algo"):
-        checkpoint.load(path, template, {"algo": "ppo", "env": TINY.env})
-    bigger = ppo.make_train(dataclasses.replace(TINY, critic_hidden_sizes=(16,)))
-    template2 = jax.eval_shape(jax.vmap(bigger.init), tiny_run["keys"])
-    checkpoint.save(path, state, {"algo": "ppo", "env": TINY.env})
-    with pytest.raises(UserError, match="this configuration needs"):
-        checkpoint.load(path, template2, {"algo": "ppo", "env": TINY.env})
+def test_checkpoint_of_other_agent_or_shape_is_refused(tiny_run, tmp_path, capsys):
+    checks.check_checkpoint_refused(tiny_run, ppo, "ppo", tmp_path, capsys,
+                                    bigger={"critic_hidden_sizes": (16,)})
 
 
 # --------------------------------------------------------------------- maths
@@ -166,7 +132,8 @@ def test_value_loss_clipping():
 
 def test_normalizer_matches_numpy():
     rng = np.random.default_rng(0)
-    batches = [rng.normal(3.0, 2.0, (16, 5)).astype(np.float32) * np.arange(1, 6) for _ in range(30)]
+    batches = [rng.normal(3.0, 2.0, (16, 5)).astype(np.float32) * np.arange(1, 6)
+               for _ in range(30)]
     stats = normalize.init(5)
     for b in batches:                      # as PPO folds [num_envs, obs] per step
         stats = normalize.update(stats, jnp.asarray(b))
@@ -175,16 +142,17 @@ def test_normalizer_matches_numpy():
     np.testing.assert_allclose(stats.var, data.var(0), rtol=1e-4)
     np.testing.assert_allclose(stats.count, len(data), rtol=1e-6)
     x = jnp.asarray(data[:4], jnp.float32)
-    np.testing.assert_allclose(normalize.normalize(stats, x), (data[:4] - data.mean(0)) / data.std(0),
-                               rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(normalize.normalize(stats, x),
+                               (data[:4] - data.mean(0)) / data.std(0), rtol=1e-3, atol=1e-3)
 
 
 def test_orthogonal_init_is_orthogonal_and_seeded():
     for shape in [(5, 64), (64, 64), (64, 3)]:
-        w = np.asarray(ppo.orthogonal(np.sqrt(2))(jax.random.PRNGKey(0), shape), np.float64)
+        w = np.asarray(agent.orthogonal(np.sqrt(2))(jax.random.PRNGKey(0), shape), np.float64)
         gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
         np.testing.assert_allclose(gram, 2 * np.eye(len(gram)), atol=1e-5)
-    ws = jax.vmap(lambda k: ppo.orthogonal(1.0)(k, (8, 8)))(jax.random.split(jax.random.PRNGKey(0), 2))
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    ws = jax.vmap(lambda k: agent.orthogonal(1.0)(k, (8, 8)))(keys)
     assert not np.allclose(ws[0], ws[1])
 
 
@@ -202,24 +170,13 @@ def test_smoke_mjx_two_seeds():
 
 # --------------------------------------------------------------------- CLI
 
-def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "algos", "ppo.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-
-
 def test_cli_help():
-    out = _cli("--help")
-    assert out.returncode == 0
-    for field in ("--env", "--num-seeds", "--num-steps", "--gae-lambda", "--resume", "clipped"):
-        assert field in out.stdout
+    checks.check_script_help("ppo", "--num-steps", "--gae-lambda", "clipped")
 
 
-BAD = [
-    (["--env", "cheetah_walk"], "unknown task"),
-    (["--backend", "cuda"], "unknown backend"),
-    (["--num-envs", "0"], "num-envs must be positive"),
-    (["--total-timesteps", "-5"], "total-timesteps must be positive"),
-    (["--num-envs", "8", "--num-steps", "10", "--total-timesteps", "50"], "smaller than one rollout"),
+BAD = checks.COMMON_BAD + [
+    (["--num-envs", "8", "--num-steps", "10", "--total-timesteps", "50"],
+     "smaller than one rollout"),
     (["--num-envs", "6", "--num-steps", "5", "--num-minibatches", "4"], "not divisible"),
     (["--gamma", "1.5"], "gamma must be in [0, 1]"),
     (["--critic-hidden-sizes", "0"], "critic-hidden-sizes must be positive"),
@@ -230,37 +187,14 @@ BAD = [
 
 @pytest.mark.parametrize("args,message", BAD, ids=[m for _, m in BAD])
 def test_bad_input_one_line_exit_2_no_run_dir(args, message, tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        ppo.main(["--log-dir", str(tmp_path / "runs"), *args])
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
-    assert not (tmp_path / "runs").exists()
+    checks.check_bad_input(ppo, args, message, tmp_path, capsys)
 
 
 def test_cli_run_then_resume_and_refuse_corrupt(tmp_path):
     args = ["--env", "cartpole_balance", "--backend", "native", "--total-timesteps", "64",
             "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "1",
-            "--actor-hidden-sizes", "8", "--critic-hidden-sizes", "8", "--eval-episodes", "1",
-            "--log-dir", str(tmp_path)]
-    out = _cli(*args)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert (run_dir / "checkpoint.npz").exists()
-    config = json.loads((run_dir / "config.json").read_text())
-    assert config["env"] == "cartpole_balance" and config["num_steps"] == 8
-    events = list((run_dir / "seed_1").iterdir())
-    assert events and events[0].stat().st_size > 0
-    good = (run_dir / "checkpoint.npz").read_bytes()
-    out = _cli(*args, "--env", "cartpole_swingup", "--resume", str(run_dir))
-    assert out.returncode == 2 and "env" in out.stderr and "Traceback" not in out.stderr
-    bad = tmp_path / "corrupt.npz"
-    bad.write_bytes(good[:1000])
-    out = _cli(*args, "--resume", str(bad))
-    assert out.returncode == 2 and "unreadable checkpoint" in out.stderr and "Traceback" not in out.stderr
-    out = _cli(*args, "--resume", str(run_dir))          # already finished: nothing to run
-    assert out.returncode == 0 and "resuming" in out.stdout, out.stderr[-2000:]
-    assert (run_dir / "checkpoint.npz").read_bytes() == good
+            "--actor-hidden-sizes", "8", "--critic-hidden-sizes", "8", "--eval-episodes", "1"]
+    checks.check_script_run_resume_and_corrupt("ppo", args, tmp_path, "num_steps", 8)
 
 
 # --------------------------------------------------------------------- learning
@@ -287,9 +221,10 @@ def test_cli_run_then_resume_and_refuse_corrupt(tmp_path):
 LEARN_CI = ppo.Config(env="cartpole_balance", backend="native", num_envs=64, num_seeds=2,
                       total_timesteps=400_000, num_steps=32, num_minibatches=16, update_epochs=10,
                       learning_rate=2e-3, anneal_lr=True, max_grad_norm=0.5, normalize_reward=True,
-                      reward_scaling=10.0, ent_coef=0.01, clip_coef=0.3, gamma=0.99, gae_lambda=0.95,
-                      init_log_std=0.0, actor_hidden_sizes=(64, 64), critic_hidden_sizes=(64, 64),
-                      eval_every=0, eval_episodes=5, checkpoint_every=0)
+                      reward_scaling=10.0, ent_coef=0.01, clip_coef=0.3, gamma=0.99,
+                      gae_lambda=0.95, init_log_std=0.0, actor_hidden_sizes=(64, 64),
+                      critic_hidden_sizes=(64, 64), eval_every=0, eval_episodes=5,
+                      checkpoint_every=0)
 
 # The earlier CPU-sized setting, kept slow: CleanRL-style minibatching (64
 # transitions, 10 epochs) with Brax's reward scaling, entropy cost, clip and

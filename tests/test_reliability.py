@@ -5,7 +5,6 @@ masked out of every learner, per-seed training pools and a held-out
 evaluation pool, and `--seed s --num-seeds N` member m == `--seed s+m`."""
 import dataclasses
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 
 from algos import d4pg, ddpg, mpo, ppo, sac, td3, td4
-from common import agent, envs, hostcall
+from common import cli, envs, hostcall
 from common.envs import native as native_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,26 +42,28 @@ def test_readme_multi_device_command_finishes(tmp_path):
     name, value = assign.split("=", 1)
     env = dict(os.environ, **{name: value}, JAX_PLATFORMS="cpu", RL_STALL_TIMEOUT="300")
     argv[0] = sys.executable
-    out = subprocess.run(argv + ["--log-dir", str(tmp_path)], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=600)
+    out = subprocess.run(argv + ["--log-dir", str(tmp_path)], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "on 4 device(s)" in out.stdout
     (run_dir,) = list(tmp_path.iterdir())
     assert (run_dir / "checkpoint.npz").exists()
-    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == [f"seed_{s}" for s in (1, 2, 3, 4)]
+    streams = sorted(p.name for p in run_dir.iterdir() if p.is_dir())
+    assert streams == [f"seed_{s}" for s in (1, 2, 3, 4)]
 
 
 def test_watchdog_fires_on_a_run_that_stops_calling_the_host():
     stalled = []
-    step = jax.jit(lambda x: hostcall.call(lambda a: a + 1, jax.ShapeDtypeStruct((), jnp.float32), x))
-    with agent.Watchdog(0.3, stalled.append, poll=0.05):
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    step = jax.jit(lambda x: hostcall.call(lambda a: a + 1, scalar, x))
+    with cli.Watchdog(0.3, stalled.append, poll=0.05):
         step(jnp.zeros(()))            # armed by a host call ...
         time.sleep(1.0)                # ... then nothing: stuck
     assert len(stalled) == 1 and stalled[0] >= 0.3
     quiet = []
-    with agent.Watchdog(0.3, quiet.append, poll=0.05):
+    with cli.Watchdog(0.3, quiet.append, poll=0.05):
         time.sleep(0.6)                # no host call yet (compiling): not armed
-    with agent.Watchdog(0.3, quiet.append, poll=0.05):
+    with cli.Watchdog(0.3, quiet.append, poll=0.05):
         for _ in range(10):            # calls keep coming: no stall
             step(jnp.zeros(()))
             time.sleep(0.1)
@@ -98,7 +99,8 @@ def test_every_size_field_zero_or_negative_is_one_line_and_exit_2(algo, tmp_path
                 mod.main(["--env", "cartpole_balance", "--log-dir", str(tmp_path / "runs"), *args])
             err = capsys.readouterr().err.strip()
             assert e.value.code == 2, (algo, args, err)
-            assert len(err.splitlines()) == 1 and "Traceback" not in err and flag in err, (algo, args, err)
+            assert len(err.splitlines()) == 1 and "Traceback" not in err and flag in err, \
+                (algo, args, err)
     assert not (tmp_path / "runs").exists()
 
 
@@ -107,7 +109,8 @@ def test_sweep_script_refuses_bad_sizes_in_one_line(capsys):
     import sweep as sweep_cli
     for args in (["--num-seeds", "-1"], ["--num-envs", "0"], ["--batch-size", "-3"]):
         with pytest.raises(SystemExit) as e:
-            sweep_cli.main(["--algo", "td3", "--env", "cartpole_balance", "--sweep", "tau=0.005,0.01", *args])
+            sweep_cli.main(["--algo", "td3", "--env", "cartpole_balance", "--sweep",
+                            "tau=0.005,0.01", *args])
         err = capsys.readouterr().err.strip()
         assert e.value.code == 2 and len(err.splitlines()) == 1 and args[0] in err, err
 
@@ -138,9 +141,10 @@ def test_a_diverged_step_is_counted_marked_invalid_and_reset():
     assert all((pool_obs == o).all(-1).any() for o in np.asarray(broken.obs))
 
 
-TINY = dict(env="cartpole_balance", backend="native", num_seeds=1, total_timesteps=600, eval_every=0,
-            eval_episodes=1, checkpoint_every=0)
-OFF_POLICY = dict(num_envs=2, learning_starts=100, batch_size=16, buffer_size=600, hidden_sizes=(8,))
+TINY = dict(env="cartpole_balance", backend="native", num_seeds=1, total_timesteps=600,
+            eval_every=0, eval_episodes=1, checkpoint_every=0)
+OFF_POLICY = dict(num_envs=2, learning_starts=100, batch_size=16, buffer_size=600,
+                  hidden_sizes=(8,))
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac", "mpo", "d4pg", "ppo"])
@@ -163,7 +167,10 @@ def test_learners_ignore_diverged_steps(algo, monkeypatch):
     final, history = jax.jit(train.run, static_argnums=1)(start, 0)
     steps = train.schedule.total_steps
     assert int(np.asarray(final.env_state.info["nonfinite"]).sum()) == steps
-    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+    def same(a, b):
+        return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
     assert same(start.critic_params, final.critic_params)
     if algo == "ppo":  # the state-independent log std still follows the entropy bonus
         drop = lambda p: {k: v for k, v in p["params"].items() if k != "log_std"}
@@ -178,7 +185,7 @@ def test_learners_ignore_diverged_steps(algo, monkeypatch):
 
 def test_each_seed_trains_from_its_own_pool_and_evaluation_from_held_out_states():
     env = envs.make("cartpole_swingup", "native", pool_size=32)
-    keys = jnp.asarray(agent.seed_keys(1, 2))
+    keys = jnp.asarray(cli.seed_keys(1, 2))
     pools = jax.jit(jax.vmap(env.make_pool))(keys)
     a, b = np.asarray(pools.obs[0]), np.asarray(pools.obs[1])
     assert not (a[:, None] == b[None]).all(-1).any()             # no state in common
@@ -196,9 +203,10 @@ def test_each_seed_trains_from_its_own_pool_and_evaluation_from_held_out_states(
 
 # --------------------------------------------------------------------- seed labels
 
-SEEDS = ["--env", "cartpole_balance", "--backend", "native", "--num-envs", "2", "--total-timesteps", "400",
-         "--learning-starts", "100", "--batch-size", "16", "--buffer-size", "400", "--hidden-sizes", "8",
-         "--eval-every", "0", "--eval-episodes", "1", "--checkpoint-every", "0"]
+SEEDS = ["--env", "cartpole_balance", "--backend", "native", "--num-envs", "2",
+         "--total-timesteps", "400", "--learning-starts", "100", "--batch-size", "16",
+         "--buffer-size", "400", "--hidden-sizes", "8", "--eval-every", "0", "--eval-episodes", "1",
+         "--checkpoint-every", "0"]
 
 
 def test_member_m_of_a_multi_seed_run_is_the_single_run_of_seed_plus_m(tmp_path):
@@ -209,11 +217,13 @@ def test_member_m_of_a_multi_seed_run_is_the_single_run_of_seed_plus_m(tmp_path)
                         eval_every=0, eval_episodes=1, checkpoint_every=0)
     train = td3.make_train(config)
     init = jax.jit(jax.vmap(train.init))
-    two, one = init(jnp.asarray(agent.seed_keys(1, 2))), init(jnp.asarray(agent.seed_keys(2, 1)))
+    two, one = init(jnp.asarray(cli.seed_keys(1, 2))), init(jnp.asarray(cli.seed_keys(2, 1)))
     for x, y in zip(jax.tree.leaves(two), jax.tree.leaves(one)):
         np.testing.assert_array_equal(np.asarray(x)[1], np.asarray(y)[0])
-    both, _ = td3.main([*SEEDS, "--seed", "1", "--num-seeds", "2", "--log-dir", str(tmp_path / "a")])
-    second, _ = td3.main([*SEEDS, "--seed", "2", "--num-seeds", "1", "--log-dir", str(tmp_path / "b")])
+    both, _ = td3.main([*SEEDS, "--seed", "1", "--num-seeds", "2",
+                        "--log-dir", str(tmp_path / "a")])
+    second, _ = td3.main([*SEEDS, "--seed", "2", "--num-seeds", "1",
+                          "--log-dir", str(tmp_path / "b")])
     warmup = config.learning_starts // config.num_envs  # rows written before the first update
     np.testing.assert_array_equal(np.asarray(both.replay.obs)[1, :warmup],
                                   np.asarray(second.replay.obs)[0, :warmup])

@@ -30,7 +30,7 @@ def gl():
 
 
 def write_checkpoint(module, algo: str, config, run_dir) -> None:
-    """A checkpoint as cli_main writes it, of the train state's exact structure,
+    """A checkpoint as cli.main writes it, of the train state's exact structure,
     with random floats (seeds differ) instead of trained ones: compiling even
     the init of a run costs seconds, a training run most of this file's time
     (the slow-marked test below renders a checkpoint from a real run)."""
@@ -40,8 +40,11 @@ def write_checkpoint(module, algo: str, config, run_dir) -> None:
     keys = jax.random.split(jax.random.PRNGKey(config.seed), config.num_seeds)
     template = jax.eval_shape(jax.vmap(train.init), keys)
     rng = np.random.default_rng(0)
-    fill = lambda x: (rng.normal(0, 0.5, x.shape).astype(x.dtype) if np.issubdtype(x.dtype, np.floating)
-                      else np.zeros(x.shape, x.dtype))
+    def fill(x):
+        if np.issubdtype(x.dtype, np.floating):
+            return rng.normal(0, 0.5, x.shape).astype(x.dtype)
+        return np.zeros(x.shape, x.dtype)
+
     checkpoint.save(str(run_dir / checkpoint.CHECKPOINT_FILE), jax.tree.map(fill, template), {
         "algo": algo, "env": config.env, "num_seeds": config.num_seeds, "chunk": 0,
         "run_dir": str(run_dir), "config": dataclasses.asdict(config)})
@@ -54,8 +57,9 @@ def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("runs") / "cartpole_balance__td3__1__0"
     run.mkdir()
     write_checkpoint(td3, "td3", td3.Config(env="cartpole_balance", backend="native", num_seeds=2,
-                                            total_timesteps=1000, learning_starts=500, batch_size=16,
-                                            buffer_size=1000, hidden_sizes=(8, 8)), run)
+                                            total_timesteps=1000, learning_starts=500,
+                                            batch_size=16, buffer_size=1000, hidden_sizes=(8, 8)),
+                     run)
     return run
 
 
@@ -91,9 +95,10 @@ def test_mjx_checkpoint_steps_and_default_output(gl, tmp_path, capsys):
     from algos import td3
     run = tmp_path / "cartpole_balance__td3__1__0"
     run.mkdir()
-    write_checkpoint(td3, "td3", td3.Config(env="cartpole_balance", backend="mjx", total_timesteps=1000,
-                                            learning_starts=500, batch_size=16, buffer_size=1000,
-                                            hidden_sizes=(8, 8)), run)
+    write_checkpoint(td3, "td3", td3.Config(env="cartpole_balance", backend="mjx",
+                                            total_timesteps=1000, learning_starts=500,
+                                            batch_size=16, buffer_size=1000, hidden_sizes=(8, 8)),
+                     run)
     render.main([str(run / "checkpoint.npz"), "--steps", "30", "--width", "32", "--height", "32",
                  "--fast", "--fps", "10"])
     printed = capsys.readouterr().out
@@ -141,7 +146,8 @@ def test_task_targets_placed_as_the_agent_saw_them(gl, name, count):
             key = task.astype(np.float32).tobytes()
             model, data = models[key], frames.data[key]
             if name.startswith("reacher"):
-                target = data.geom_xpos[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "target"), :2]
+                geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "target")
+                target = data.geom_xpos[geom, :2]
                 np.testing.assert_allclose(target, task, atol=1e-6)
             else:
                 body = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "target_ball")
@@ -159,8 +165,9 @@ def test_camera_choice():
         models = {d: suite.load(d, t).physics.model.ptr for d, t in
                   (("cheetah", "run"), ("reacher", "easy"), ("fish", "swim"))}
     name = lambda m, i: mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i)
-    assert name(models["cheetah"], render.pick_camera(models["cheetah"], None)) == "side"  # trackcom
-    assert name(models["reacher"], render.pick_camera(models["reacher"], None)) == "fixed"  # not the hand's
+    pick = render.pick_camera
+    assert name(models["cheetah"], pick(models["cheetah"], None)) == "side"  # trackcom
+    assert name(models["reacher"], pick(models["reacher"], None)) == "fixed"  # not the hand's
     assert name(models["fish"], render.pick_camera(models["fish"], None)) == "tracking_top"
     assert render.pick_camera(models["cheetah"], "back") == 1
     free = render.pick_camera(models["cheetah"], "-1")
@@ -191,8 +198,8 @@ def test_bad_input(gl, run_dir, tmp_path, capsys):
 
 def test_no_gl_says_what_to_install(tmp_path):
     env = dict(os.environ, MUJOCO_GL="no-such-gl", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "render.py"), str(tmp_path)],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "render.py"),
+                          str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     err = out.stderr.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err

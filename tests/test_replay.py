@@ -91,7 +91,8 @@ def test_sampling_after_wraparound_stays_in_valid_rows():
 
 def test_overwritten_final_obs_is_masked():
     # a side store with 4 slots; 6 one-step episodes overwrite the first two finals
-    steps = [(float(i), 1.0, False, True, 100.0 + i) for i in range(6)] + [(6.0, 0.0, False, False, 7.0)]
+    steps = [(float(i), 1.0, False, True, 100.0 + i) for i in range(6)]
+    steps += [(6.0, 0.0, False, False, 7.0)]
     buf = replay.init(16, 1, 1, 1, 4)
     for obs, r, term, trunc, fin in steps:
         buf = ADD(buf, jnp.full((1, 1), obs), jnp.zeros((1, 1)), jnp.full((1,), r),
@@ -107,8 +108,8 @@ def test_per_env_streams_are_separate():
     buf = replay.init(8, 2, 1, 1, 4)
     for t in range(5):
         obs = jnp.array([[t], [100 + t]], jnp.float32)
-        buf = ADD(buf, obs, jnp.zeros((2, 1)), obs[:, 0], jnp.zeros(2, bool), jnp.zeros(2, bool), obs,
-                  jnp.ones(2, bool))
+        buf = ADD(buf, obs, jnp.zeros((2, 1)), obs[:, 0], jnp.zeros(2, bool), jnp.zeros(2, bool),
+                  obs, jnp.ones(2, bool))
     b = replay.sample(buf, jax.random.PRNGKey(1), 512, 1, GAMMA)
     assert np.all(np.asarray(b.next_obs - b.obs) == 1.0)
     assert set(np.unique(np.asarray(b.obs) // 100).tolist()) == {0.0, 1.0}

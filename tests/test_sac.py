@@ -91,7 +91,8 @@ def test_squashed_log_prob_stable_when_saturated():
     assert (np.abs(np.asarray(a)[:, :2]) == 1).all()          # saturated in float32
     assert np.isfinite(np.asarray(logp)).all()
     log_det = np.log(4) - 2 * np.abs(u) - 2 * np.log1p(np.exp(-2 * np.abs(u)))
-    ref = (_normal_logpdf(u, np.asarray(mean, np.float64), np.exp(sac.LOG_STD_MIN)) - log_det).sum(-1)
+    ref = (_normal_logpdf(u, np.asarray(mean, np.float64), np.exp(sac.LOG_STD_MIN))
+           - log_det).sum(-1)
     np.testing.assert_allclose(np.asarray(logp), ref, rtol=1e-5)
 
 
@@ -165,7 +166,8 @@ def test_deterministic_act_is_tanh_of_mean(tiny_run):
 # --------------------------------------------------------------------- CLI
 
 def test_cli_help(capsys):
-    checks.check_help(sac, capsys, "--alpha-lr", "--target-entropy-per-dim", "--autotune", "temperature")
+    checks.check_help(sac, capsys, "--alpha-lr", "--target-entropy-per-dim", "--autotune",
+                      "temperature")
 
 
 BAD = checks.BAD + [(["--init-alpha", "0"], "init-alpha must be positive")]

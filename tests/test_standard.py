@@ -25,10 +25,11 @@ def _result(algo, task, finals, wall=600.0, steps=100_000, every=10_000):
 
 
 def test_table_reports_each_seed_at_50k_and_100k_and_the_published_sac_column():
-    rows = [_result("td3", "walker_walk", [900.0, 700.0]), _result("sac", "walker_walk", [960.0, 980.0]),
+    rows = [_result("td3", "walker_walk", [900.0, 700.0]),
+            _result("sac", "walker_walk", [960.0, 980.0]),
             _result("ppo", "walker_walk", [300.0, 500.0], steps=2_000_000, every=200_000)]
     text = bs.table(rows, published.ours_column)
-    lines = {l.split("|")[2].strip(): l for l in text.splitlines()[2:]}
+    lines = {ln.split("|")[2].strip(): ln for ln in text.splitlines()[2:]}
     td3 = [c.strip() for c in lines["td3"].split("|")]
     assert td3[3] == "400 (450, 350)" and td3[4] == "800 (900, 700)"     # 50k: half, 100k: final
     assert td3[5].startswith("800 (900, 700) (100k)") and td3[6] == "10 min" and td3[7] == "167"
@@ -40,19 +41,22 @@ def test_table_reports_each_seed_at_50k_and_100k_and_the_published_sac_column():
 
 
 def test_ppo_budget_is_the_median_off_policy_wall_clock_times_its_rate():
-    rows = [_result(a, "cheetah_run", [1.0], wall=w) for a, w in zip(bs.OFF_POLICY, (100, 200, 300, 400, 500, 900))]
+    walls = (100, 200, 300, 400, 500, 900)
+    rows = [_result(a, "cheetah_run", [1.0], wall=w) for a, w in zip(bs.OFF_POLICY, walls)]
     # median of the six walls is 350 s; less 50 s start-up, at 1000 steps/s: 300k, in whole rollouts
     assert bs.ppo_budget(rows, "cheetah_run", 1000.0, 30_720, startup=50.0) == 9 * 30_720
-    assert bs.ppo_budget(rows[:5], "cheetah_run", 1000.0, 30_720) is None       # a run still missing
+    assert bs.ppo_budget(rows[:5], "cheetah_run", 1000.0, 30_720) is None  # a run still missing
     assert bs.ppo_budget(rows, "walker_walk", 1000.0, 30_720) is None
 
 
 def test_report_is_regenerated_from_the_result_files(tmp_path):
-    for r in (_result("td3", "walker_walk", [900.0, 700.0]), _result("ddpg", "cheetah_run", [100.0, 300.0])):
+    for r in (_result("td3", "walker_walk", [900.0, 700.0]),
+              _result("ddpg", "cheetah_run", [100.0, 300.0])):
         with open(bs.result_path(str(tmp_path), r["task"], r["algo"]), "w") as f:
             json.dump(r, f)
     rows = bs.load_results(str(tmp_path))
-    assert sorted((r["task"], r["algo"]) for r in rows) == [("cheetah_run", "ddpg"), ("walker_walk", "td3")]
+    assert sorted((r["task"], r["algo"]) for r in rows) == [("cheetah_run", "ddpg"),
+                                                            ("walker_walk", "td3")]
     text = bs.write_report(rows, str(tmp_path))
     assert "| walker_walk | td3 | 400 (450, 350) | 800 (900, 700) |" in text
     assert "| cheetah_run | ddpg | 100 (50, 150) | 200 (100, 300) |" in text

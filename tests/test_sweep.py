@@ -23,15 +23,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import sweep as sweep_cli  # noqa: E402  (scripts/sweep.py)
 
-# one chunk of 1000 steps (250 iterations of 4 envs, one update each after 200 steps), eval at the end
+# one chunk of 1000 steps (250 iterations of 4 envs, one update each after 200 steps), eval at
+# the end
 ARGS = ["--env", "cartpole_balance", "--backend", "native", "--num-envs", "4", "--num-seeds", "2",
         "--total-timesteps", "1000", "--learning-starts", "200", "--batch-size", "32",
         "--updates-per-step", "0.25", "--buffer-size", "1000", "--hidden-sizes", "16", "16",
         "--eval-every", "0", "--eval-episodes", "1", "--checkpoint-every", "0"]
 SPECS = ["learning_rate=1e-4,1e-3", "tau=0.005,0.05"]
-CONFIG = td3.Config(env="cartpole_balance", backend="native", num_envs=4, num_seeds=2, total_timesteps=1000,
-                    learning_starts=200, batch_size=32, updates_per_step=0.25, buffer_size=1000,
-                    hidden_sizes=(16, 16), eval_every=0, eval_episodes=1, checkpoint_every=0)
+CONFIG = td3.Config(env="cartpole_balance", backend="native", num_envs=4, num_seeds=2,
+                    total_timesteps=1000, learning_starts=200, batch_size=32, updates_per_step=0.25,
+                    buffer_size=1000, hidden_sizes=(16, 16), eval_every=0, eval_episodes=1,
+                    checkpoint_every=0)
 AXES = sweep.parse_axes(SPECS, td3.Config, td3.HParams, "td3")
 # Not bitwise: XLA on CPU sums in an order that depends on the batch size
 # (1 ulp), and 200 updates amplify that to ~1e-4 at most here. A wrong key
@@ -49,13 +51,15 @@ def _run_dir(log_dir):
 @pytest.fixture(scope="module")
 def swept():
     """The 8 members in one vmapped program on one device, with recording hooks."""
-    hps, combos = sweep.member_hparams(CONFIG, AXES, td3.hparams, CONFIG.num_seeds)
+    hps, combos = sweep.member_hparams(CONFIG, AXES, td3.AGENT.hparams, CONFIG.num_seeds)
     keys = np.tile(agent.seed_keys(CONFIG.seed, 2), (4, 1))  # as the CLI: member m has PRNGKey(seed + m)
     logged = []
-    hooks = agent.Hooks(log=lambda lead, step, m, member: logged.append((lead, np.asarray(member).tolist())),
-                        checkpoint=lambda *a: None)
-    train = td3.make_train(CONFIG, hooks)
-    init, run = parallel.compile_members(train, None)
+
+    def log(lead, step, metrics, member):
+        logged.append((lead, np.asarray(member).tolist()))
+
+    hooks = agent.Hooks(log=log, checkpoint=lambda *a: None)
+    init, run = parallel.compile_members(td3.make_train(CONFIG), None, hooks)
     start = jax.tree.map(np.asarray, init(keys, hps))
     states, history = run(start, 0, np.arange(8, dtype=np.int32))
     return dict(hps=hps, combos=combos, keys=keys, start=start, logged=logged,
@@ -67,8 +71,9 @@ def sharded(tmp_path_factory):
     """scripts/sweep.py with the same sweep, in a process that sees 4 CPU devices."""
     log_dir = tmp_path_factory.mktemp("sharded")
     env = dict(os.environ, XLA_FLAGS=FORCE_4, JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "sweep.py"), "--algo", "td3", *ARGS,
-                          *[a for s in SPECS for a in ("--sweep", s)], "--log-dir", str(log_dir)],
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "sweep.py"),
+                          "--algo", "td3", *ARGS, *[a for s in SPECS for a in ("--sweep", s)],
+                          "--log-dir", str(log_dir)],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return dict(stdout=out.stdout, run_dir=_run_dir(log_dir))
@@ -76,7 +81,8 @@ def sharded(tmp_path_factory):
 
 def test_members_are_the_product_of_axes_times_seeds(swept):
     hps, combos = swept["hps"], swept["combos"]
-    assert combos[:3] == [{"learning_rate": 1e-4, "tau": 0.005}] * 2 + [{"learning_rate": 1e-4, "tau": 0.05}]
+    assert combos[:3] == ([{"learning_rate": 1e-4, "tau": 0.005}] * 2
+                          + [{"learning_rate": 1e-4, "tau": 0.05}])
     # learning_rate sets both of TD3's learning rates; combination-major, first axis slowest
     np.testing.assert_allclose(hps.actor_lr, [1e-4] * 4 + [1e-3] * 4)
     np.testing.assert_allclose(hps.critic_lr, hps.actor_lr)
@@ -101,7 +107,7 @@ def test_members_are_the_product_of_axes_times_seeds(swept):
 def test_each_member_agrees_with_its_own_separate_run(swept):
     """8 separate runs (one member each: same key, same values) by one
     compiled single-member program."""
-    hps, keys, s = swept["hps"], swept["keys"], swept["states"]
+    hps, s = swept["hps"], swept["states"]
     final = swept["history"]["eval/episode_return"][:, -1]
     _, run = parallel.compile_members(td3.make_train(CONFIG), None)
     for m in range(8):
@@ -109,11 +115,14 @@ def test_each_member_agrees_with_its_own_separate_run(swept):
         np.testing.assert_array_equal(one.hp.tau, hps.tau[m:m + 1])
         s1, h1 = run(one, 0, np.array([m], np.int32))
         s1 = jax.tree.map(np.asarray, s1)
-        np.testing.assert_array_equal(s.replay.obs[m, :50], s1.replay.obs[0, :50])   # warm-up: exact
+        # warm-up: exact
+        np.testing.assert_array_equal(s.replay.obs[m, :50], s1.replay.obs[0, :50])
         for part in ("actor_params", "critic_params", "actor_target", "critic_target"):
             for a, b in zip(jax.tree.leaves(getattr(s, part)), jax.tree.leaves(getattr(s1, part))):
-                np.testing.assert_allclose(a[m], b[0], atol=PARAM_ATOL, err_msg=f"member {m} {part}")
-        np.testing.assert_allclose(final[m], np.asarray(h1["eval/episode_return"])[0, -1], rtol=RETURN_RTOL)
+                np.testing.assert_allclose(a[m], b[0], atol=PARAM_ATOL,
+                                           err_msg=f"member {m} {part}")
+        np.testing.assert_allclose(final[m], np.asarray(h1["eval/episode_return"])[0, -1],
+                                   rtol=RETURN_RTOL)
 
 
 def test_sharded_sweep_agrees_with_unsharded(swept, sharded):
@@ -122,7 +131,8 @@ def test_sharded_sweep_agrees_with_unsharded(swept, sharded):
     # the final checkpoint is gathered from the 4 devices' shards, members in order
     template = jax.eval_shape(jax.vmap(td3.make_train(CONFIG).init), swept["keys"], swept["hps"])
     state, header = checkpoint.load(str(run_dir), template, {"algo": "td3", "num_seeds": 2})
-    assert header["members"] == list(range(8)) and header["sweep"] == [[a.name, list(a.values)] for a in AXES]
+    assert header["members"] == list(range(8))
+    assert header["sweep"] == [[a.name, list(a.values)] for a in AXES]
     s = swept["states"]
     np.testing.assert_array_equal(s.hp.tau, state.hp.tau)
     np.testing.assert_array_equal(s.replay.obs[:, :50], state.replay.obs[:, :50])
@@ -169,7 +179,8 @@ def test_sweep_logs_one_stream_per_member_and_ends_with_the_table(sharded):
                                       ("tau=0.1,0.1", "distinct")])
 def test_bad_axes_are_refused_with_one_line(axis, why, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        sweep_cli.main(["--algo", "td3", *ARGS, "--sweep", axis, "--log-dir", str(tmp_path / "runs")])
+        sweep_cli.main(["--algo", "td3", *ARGS, "--sweep", axis,
+                        "--log-dir", str(tmp_path / "runs")])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and why in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "runs").exists()
@@ -177,7 +188,8 @@ def test_bad_axes_are_refused_with_one_line(axis, why, tmp_path, capsys):
 
 def test_swept_values_are_validated_like_the_config(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        sweep_cli.main(["--algo", "d4pg", *ARGS, "--sweep", "v_min=0,200", "--log-dir", str(tmp_path)])
+        sweep_cli.main(["--algo", "d4pg", *ARGS, "--sweep", "v_min=0,200",
+                        "--log-dir", str(tmp_path)])
     assert e.value.code == 2 and "--v-min 200.0 must be below" in capsys.readouterr().err
 
 
@@ -186,17 +198,17 @@ def test_members_not_divisible_by_devices_are_refused(monkeypatch):
     share = "6 members, which 4 devices cannot share evenly; use a multiple of 4"
     with pytest.raises(UserError, match=share):
         parallel.make_mesh(6, "--num-seeds x the sweep combinations")
-    assert parallel.make_mesh(1) is None                     # one member: one device, nothing to share
+    assert parallel.make_mesh(1) is None          # one member: one device, nothing to share
 
 
 def test_cli_refuses_seeds_not_divisible_by_forced_devices(tmp_path):
     env = dict(os.environ, XLA_FLAGS=FORCE_4, JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, os.path.join(ROOT, "algos", "td3.py"), *ARGS[:6],
-                          "--num-seeds", "3",
-                          "--log-dir", str(tmp_path / "runs")], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=120)
+                          "--num-seeds", "3", "--log-dir", str(tmp_path / "runs")],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     err = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and "--num-seeds gives 3 members, which 4 devices cannot share" in err[-1]
+    assert out.returncode == 2
+    assert "--num-seeds gives 3 members, which 4 devices cannot share" in err[-1]
     assert "Traceback" not in out.stderr and not (tmp_path / "runs").exists()
 
 
@@ -206,11 +218,13 @@ def test_memory_estimate_and_refusal(monkeypatch):
     rows = CONFIG.buffer_size // CONFIG.num_envs
     from common import replay
     obs, act = train.env.observation_size, train.env.action_size
-    want = replay.nbytes(rows, CONFIG.num_envs, obs, act, replay.final_slots(rows, train.env.episode_length))
+    want = replay.nbytes(rows, CONFIG.num_envs, obs, act,
+                         replay.final_slots(rows, train.env.episode_length))
     assert want <= est["replay"] <= want + 64                # + counters
     assert est["env states"] > 0 and est["params and optimiser"] > 0
     assert est["total"] == 8 * est["per_member"]
     monkeypatch.setattr(parallel, "device_limit", lambda device=None: (est["total"], "the host"))
-    with pytest.raises(UserError, match=r"needs about .* GiB on the host \(8 member\(s\).* but only .* GiB"):
+    refusal = r"needs about .* GiB on the host \(8 member\(s\).* but only .* GiB"
+    with pytest.raises(UserError, match=refusal):
         parallel.check_fits(train, 8, None)
     parallel.check_fits(train, 4, None)                      # half of it fits

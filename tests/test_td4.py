@@ -53,7 +53,8 @@ def test_projection():
 
 
 def test_projection_is_the_same_code_as_d4pg():
-    assert inspect.getsource(td4.categorical_projection) == inspect.getsource(d4pg.categorical_projection)
+    assert inspect.getsource(td4.categorical_projection) == \
+        inspect.getsource(d4pg.categorical_projection)
 
 
 def test_clipped_double_q_takes_the_whole_lower_mean_distribution():
@@ -76,7 +77,7 @@ def test_td_target_projects_the_lower_mean_target():
 
 
 def test_target_smoothing_noise_is_clipped_and_actions_bounded():
-    hp = td4.hparams(dataclasses.replace(TINY, policy_noise=1e6, noise_clip=0.5))
+    hp = td4.AGENT.hparams(dataclasses.replace(TINY, policy_noise=1e6, noise_clip=0.5))
     low, high = -jnp.ones(3), jnp.ones(3)
     base = jnp.zeros((1000, 3))
     a = td4.smoothed_target_action(base, jax.random.PRNGKey(0), hp, low, high)
@@ -88,7 +89,8 @@ def test_target_smoothing_noise_is_clipped_and_actions_bounded():
 # --------------------------------------------------------------------- CLI
 
 def test_cli_help(capsys):
-    checks.check_help(td4, capsys, "--num-atoms", "--policy-delay", "--noise-clip", "target networks")
+    checks.check_help(td4, capsys, "--num-atoms", "--policy-delay", "--noise-clip",
+                      "target networks")
 
 
 BAD = checks.BAD + [(["--num-atoms", "1"], "num-atoms must be at least 2"),
@@ -103,10 +105,10 @@ def test_bad_input_one_line_exit_2_no_run_dir(args, message, tmp_path, capsys):
 
 # --------------------------------------------------------------------- learning
 
-LEARN = td4.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2, eval_every=2000,
-                   eval_episodes=4, checkpoint_every=0, total_timesteps=30000, learning_starts=1000,
-                   buffer_size=30000, batch_size=128, hidden_sizes=(64, 64), n_step=3, num_atoms=51,
-                   actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
+LEARN = td4.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2,
+                   eval_every=2000, eval_episodes=4, checkpoint_every=0, total_timesteps=30000,
+                   learning_starts=1000, buffer_size=30000, batch_size=128, hidden_sizes=(64, 64),
+                   n_step=3, num_atoms=51, actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
 
 
 def test_learns_cartpole_balance():

@@ -125,7 +125,7 @@ class Env:
 
     def __init__(self, name: str, backend: str, pool_size: int, pool_seed: int,
                  nthread: Optional[int]):
-        from common.envs.native import NativePhysics, encode
+        from common.envs.native import NativePhysics
         domain, task_name, cls = _REGISTRY[name]
         dm_env = _dm_env(domain, task_name, pool_seed)
         self.name, self.backend = name, backend
@@ -142,15 +142,17 @@ class Env:
         self.native = NativePhysics(self.model, self.n_sub_steps, fields, nthread)
         if backend == "mjx":  # first, so that a feature MJX lacks fails before the pool is built
             from common.envs.mjx_backend import MjxPhysics
-            self.mjx = MjxPhysics(self.model, self.n_sub_steps, fields, name, self.native.field_shapes)
+            self.mjx = MjxPhysics(self.model, self.n_sub_steps, fields, name,
+                                  self.native.field_shapes)
 
         self._zero_action = jnp.zeros(self.action_size, jnp.float32)
         self.pool_size, self.pool_seed = int(pool_size), int(pool_seed)
         nparams = len(np.asarray(self.task.episode_params(dm_env.physics)).reshape(-1))
-        self._pool_shapes = (jax.ShapeDtypeStruct((self.pool_size, 2 * self.native.nstate), jnp.uint32),
-                             jax.ShapeDtypeStruct((self.pool_size, self.native.nstate), jnp.float32),
-                             jax.ShapeDtypeStruct((self.pool_size, nparams), jnp.float32),
-                             jax.ShapeDtypeStruct((self.pool_size, self.native.nfield), jnp.float32))
+        P, ns = self.pool_size, self.native
+        self._pool_shapes = (jax.ShapeDtypeStruct((P, 2 * ns.nstate), jnp.uint32),
+                             jax.ShapeDtypeStruct((P, ns.nstate), jnp.float32),
+                             jax.ShapeDtypeStruct((P, nparams), jnp.float32),
+                             jax.ShapeDtypeStruct((P, ns.nfield), jnp.float32))
         self.observation_size = int(jax.eval_shape(
             self._observe_flat, jax.ShapeDtypeStruct((self.native.nfield,), jnp.float32),
             jax.ShapeDtypeStruct((nparams,), jnp.float32)).shape[-1])
@@ -161,7 +163,8 @@ class Env:
 
     # -- task code, shared by both backends --------------------------------
     def _fields(self, flat_or_dict, task_params, ctrl=None) -> Fields:
-        d = flat_or_dict if isinstance(flat_or_dict, dict) else self.native.split_fields(flat_or_dict)
+        d = flat_or_dict if isinstance(flat_or_dict, dict) else \
+            self.native.split_fields(flat_or_dict)
         d = Fields(d)
         d["task"] = task_params
         d["ctrl"] = self._zero_action if ctrl is None else ctrl
@@ -230,8 +233,9 @@ class Env:
         idx = jax.random.randint(sub, (), 0, pool.obs.shape[0])
         physics, task, obs = self._from_pool(pool, idx)
         zero = jnp.zeros((), jnp.float32)
-        info = {"final_obs": obs, "episode_return": zero, "episode_length": jnp.zeros((), jnp.int32),
-                "nonfinite": jnp.zeros((), jnp.int32), "invalid": jnp.zeros((), bool), "key": key}
+        info = {"final_obs": obs, "episode_return": zero,
+                "episode_length": jnp.zeros((), jnp.int32), "nonfinite": jnp.zeros((), jnp.int32),
+                "invalid": jnp.zeros((), bool), "key": key}
         return EnvState(physics, task, obs, zero, jnp.zeros((), bool), jnp.zeros((), bool), info)
 
     def step(self, state: EnvState, action: jnp.ndarray, pool: Optional[Pool] = None) -> EnvState:
@@ -307,15 +311,19 @@ class Env:
                 for sl, v in ((ns.qpos_slice(), qpos), (ns.qvel_slice(), qvel),
                               (ns.warmstart_slice(), warmstart)):
                     if v is not None:
-                        physics = physics.at[2 * sl.start:2 * sl.stop].set(float32_to_bits(jnp.asarray(v)))
+                        physics = physics.at[2 * sl.start:2 * sl.stop].set(
+                            float32_to_bits(jnp.asarray(v)))
             raw = ns.forward(physics)
         else:
             ws = jnp.zeros(self.model.nv, jnp.float32) if warmstart is None else warmstart
-            physics = self.mjx.reset(jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32),
-                                     jnp.zeros(self.model.na, jnp.float32), jnp.asarray(ws, jnp.float32))
+            physics = self.mjx.reset(jnp.asarray(qpos, jnp.float32),
+                                     jnp.asarray(qvel, jnp.float32),
+                                     jnp.zeros(self.model.na, jnp.float32),
+                                     jnp.asarray(ws, jnp.float32))
             raw = self.mjx.forward(physics)
         obs = flatten(self.task.observe(self._fields(raw, task)))
         zero = jnp.zeros((), jnp.float32)
-        info = {"final_obs": obs, "episode_return": zero, "episode_length": jnp.zeros((), jnp.int32),
-                "nonfinite": jnp.zeros((), jnp.int32), "invalid": jnp.zeros((), bool), "key": key}
+        info = {"final_obs": obs, "episode_return": zero,
+                "episode_length": jnp.zeros((), jnp.int32), "nonfinite": jnp.zeros((), jnp.int32),
+                "invalid": jnp.zeros((), bool), "key": key}
         return EnvState(physics, task, obs, zero, jnp.zeros((), bool), jnp.zeros((), bool), info)

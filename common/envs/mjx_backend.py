@@ -82,7 +82,8 @@ def _use_c_plane_capsule_frame():
     from mujoco.mjx._src.types import GeomType
     key = (GeomType.PLANE, GeomType.CAPSULE)
     table = getattr(collision_driver, "_COLLISION_FUNC", None)
-    if not isinstance(table, dict) or table.get(key) is not getattr(collision_primitive, "plane_capsule", 0):
+    ours = getattr(collision_primitive, "plane_capsule", 0)
+    if not isinstance(table, dict) or table.get(key) is not ours:
         return
 
     @collision_primitive.collider(ncon=2)
@@ -95,7 +96,8 @@ def _use_c_plane_capsule_frame():
         segment = axis * cap.size[1]
         collisions = []
         for offset in (segment, -segment):
-            dist, pos = collision_primitive._plane_sphere(n, plane.pos, cap.pos + offset, cap.size[0])
+            dist, pos = collision_primitive._plane_sphere(n, plane.pos, cap.pos + offset,
+                                                          cap.size[0])
             collisions.append((dist[None], pos[None], frame))
         return jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *collisions)
 
@@ -149,8 +151,8 @@ class MjxPhysics:
             except NotImplementedError as e:
                 missing = (_clean(e),)
         if missing:
-            raise UserError(f"task {name!r} needs a MuJoCo feature MJX lacks: {'; '.join(missing)}; "
-                            f"use --backend native")
+            raise UserError(f"task {name!r} needs a MuJoCo feature MJX lacks: "
+                            f"{'; '.join(missing)}; use --backend native")
         self.model = mm  # the model MJX runs
         self.n_sub_steps = int(n_sub_steps)
         self.field_shapes = {f: tuple(field_shapes[f]) for f in self.fields}
@@ -159,18 +161,21 @@ class MjxPhysics:
         if absent:
             raise UserError(f"task {name!r} reads mjData.{absent[0]}, which MJX does not provide; "
                             f"use --backend native")
-        self._integrate = {mjx.IntegratorType.EULER: mjx.euler,
-                           mjx.IntegratorType.RK4: mjx.rungekutta4,
-                           mjx.IntegratorType.IMPLICITFAST: mjx.implicit}.get(self.mx.opt.integrator)
+        integrators = {mjx.IntegratorType.EULER: mjx.euler,
+                       mjx.IntegratorType.RK4: mjx.rungekutta4,
+                       mjx.IntegratorType.IMPLICITFAST: mjx.implicit}
+        self._integrate = integrators.get(self.mx.opt.integrator)
         if self._integrate is None:
             raise UserError(f"task {name!r} needs a MuJoCo feature MJX lacks: integrator "
-                            f"{mujoco.mjtIntegrator(int(self.mx.opt.integrator)).name}; use --backend native")
+                            f"{mujoco.mjtIntegrator(int(self.mx.opt.integrator)).name}; "
+                            f"use --backend native")
         # Offsets of the carried components in the native float64 state row
         # (mj_getState orders components by their mjtState bit).
         from common.envs.native import CARRIED
         self._row_slices = {}
-        for comp, size in ((S.mjSTATE_TIME, 1), (S.mjSTATE_QPOS, model.nq), (S.mjSTATE_QVEL, model.nv),
-                           (S.mjSTATE_ACT, model.na), (S.mjSTATE_WARMSTART, model.nv)):
+        for comp, size in ((S.mjSTATE_TIME, 1), (S.mjSTATE_QPOS, model.nq),
+                           (S.mjSTATE_QVEL, model.nv), (S.mjSTATE_ACT, model.na),
+                           (S.mjSTATE_WARMSTART, model.nv)):
             below = sum(int(c) for c in CARRIED if int(c) < int(comp))
             start = mujoco.mj_stateSize(model, below) if below else 0
             self._row_slices[comp] = slice(start, start + size)
@@ -213,7 +218,8 @@ class MjxPhysics:
         d = mjx.fwd_actuation(m, d)
         if actuated is not True:
             on = jnp.asarray(actuated)
-            d = d.replace(act_dot=jnp.where(on, d.act_dot, 0), qfrc_actuator=jnp.where(on, d.qfrc_actuator, 0),
+            d = d.replace(act_dot=jnp.where(on, d.act_dot, 0),
+                          qfrc_actuator=jnp.where(on, d.qfrc_actuator, 0),
                           actuator_force=jnp.where(on, d.actuator_force, 0))
         d = mjx.fwd_acceleration(m, d)
         if d._impl.efc_J.size == 0:

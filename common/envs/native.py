@@ -185,7 +185,8 @@ class NativePhysics:
             b = mjbatch.Batch(model, n, nthread=min(self.nthread, n))
             fields = self.fields
             if kind == "step" and self._split(n):  # only acc-stage sensors
-                fields = ("sensordata",) if len(self.acc_sensordata) and "sensordata" in fields else ()
+                acc = len(self.acc_sensordata) and "sensordata" in fields
+                fields = ("sensordata",) if acc else ()
             for f in fields:  # outputs are copied only once bound
                 b.bind(f)
             self._batches[key] = b
@@ -243,7 +244,8 @@ class NativePhysics:
                 fields = self._collect(s, n)
                 if len(self.acc_sensordata) and "sensordata" in self.fields:
                     k = self.field_offsets["sensordata"]
-                    fields[:, k + self.acc_sensordata] = b.bind("sensordata")[:, self.acc_sensordata]
+                    acc = self.acc_sensordata
+                    fields[:, k + acc] = b.bind("sensordata")[:, acc]
             else:
                 fields = self._collect(b, n)
             out_bits = encode(np.array(new))  # a copy: `new` may view the batch's rows

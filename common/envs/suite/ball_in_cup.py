@@ -16,7 +16,8 @@ class BallInCup(Task):
         target = self.id("site", "target")
         xz = jnp.array([0, 2])
         ball_to_target = jnp.abs(d.site_xpos[target, xz] - d.xpos[self.id("body", "ball"), xz])
-        room = self.model.site_size[target, [0, 2]] - self.model.geom_size[self.id("geom", "ball"), 0]
+        ball = self.id("geom", "ball")
+        room = self.model.site_size[target, [0, 2]] - self.model.geom_size[ball, 0]
         return jnp.all(ball_to_target < room).astype(jnp.float32)
 
 

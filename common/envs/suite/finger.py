@@ -36,7 +36,8 @@ class Spin(Task):
                                     self.tip_position(d)])
         velocity = jnp.concatenate([self.sensor(d, n) for n in
                                     ("proximal_velocity", "distal_velocity", "hinge_velocity")])
-        touch = jnp.log1p(jnp.concatenate([self.sensor(d, "touchtop"), self.sensor(d, "touchbottom")]))
+        touch = jnp.log1p(jnp.concatenate([self.sensor(d, "touchtop"),
+                                           self.sensor(d, "touchbottom")]))
         return {"position": position, "velocity": velocity, "touch": touch}
 
     def reward(self, d):

@@ -24,7 +24,8 @@ class Upright(Task):
         return d.xmat[self.id("body", "torso"), XMAT["zz"]]
 
     def observe(self, d):
-        return {"joint_angles": self.joint_angles(d), "upright": self.upright(d), "velocity": d.qvel}
+        return {"joint_angles": self.joint_angles(d), "upright": self.upright(d),
+                "velocity": d.qvel}
 
     def reward(self, d):
         return tolerance(self.upright(d), bounds=(1, 1), margin=1)

@@ -30,8 +30,8 @@ class Humanoid(Task):
 
     def reward(self, d):
         torso = self.id("body", "torso")
-        standing = tolerance(d.xpos[self.id("body", "head"), 2], bounds=(_STAND_HEIGHT, float("inf")),
-                             margin=_STAND_HEIGHT / 4)
+        standing = tolerance(d.xpos[self.id("body", "head"), 2],
+                             bounds=(_STAND_HEIGHT, float("inf")), margin=_STAND_HEIGHT / 4)
         upright = tolerance(d.xmat[torso, XMAT["zz"]], bounds=(0.9, float("inf")), sigmoid="linear",
                             margin=1.9, value_at_margin=0)
         stand_reward = standing * upright

@@ -30,7 +30,8 @@ class Bring(Task):
         self._touch = np.array([model.sensor_adr[self.id("sensor", s)] for s in _TOUCH_SENSORS])
         target = self.id("body", "target_ball")
         assert model.body_parentid[target] == 0 and model.body_jntnum[target] == 0
-        geoms = range(model.body_geomadr[target], model.body_geomadr[target] + model.body_geomnum[target])
+        first = model.body_geomadr[target]
+        geoms = range(first, first + model.body_geomnum[target])
         assert all(model.geom_contype[g] == 0 and model.geom_conaffinity[g] == 0 for g in geoms)
         # The target site sits at the target body's origin, so its position is the body's.
         assert not model.site_pos[self.id("site", "target_ball")].any()

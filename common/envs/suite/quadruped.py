@@ -23,13 +23,15 @@ class Move(Task):
         """sensordata indices of every sensor of these types, in sensor order (as dm_control)."""
         m = self.model
         ids = np.flatnonzero(np.isin(m.sensor_type, [int(t) for t in types]))
-        return np.concatenate([np.arange(m.sensor_adr[i], m.sensor_adr[i] + m.sensor_dim[i]) for i in ids])
+        return np.concatenate([np.arange(m.sensor_adr[i], m.sensor_adr[i] + m.sensor_dim[i])
+                               for i in ids])
 
     def _upright(self, d):
         return d.xmat[self.id("body", "torso"), XMAT["zz"]]
 
     def observe(self, d):
-        return {"egocentric_state": jnp.concatenate([d.qpos[self._hinge_qpos], d.qvel[self._hinge_dof], d.act]),
+        return {"egocentric_state": jnp.concatenate([d.qpos[self._hinge_qpos],
+                                                     d.qvel[self._hinge_dof], d.act]),
                 "torso_velocity": self.sensor(d, "velocimeter"),
                 "torso_upright": self._upright(d),
                 "imu": d.sensordata[self._imu],

@@ -1,0 +1,286 @@
+"""The command line of every agent: `python algos/<name>.py ...` is
+`cli.main(AGENT, argv)`, with AGENT the script's `agent.Agent`.
+
+`main` parses, checks, trains, logs, checkpoints and resumes, one function
+a step:
+
+1. `parse`: tyro parses the agent's Config (the module docstring heads --help);
+2. `check_inputs`: the agent's sizes, the backend, the task and the sweep
+   axes, each refused with one line (exit status 2) before any work;
+3. `plan_members`: the members (seeds x sweep combinations, scripts/sweep.py),
+   their keys and hyperparameters, the device mesh (common/parallel.py);
+4. `read_resume`: a checkpoint's header, refused for another agent, task or sweep;
+5. make_train, `parallel.check_fits` (the members' states must fit), a summary line;
+6. `starting_point`: a new run directory, or the checkpoint's states and chunk;
+7. `train_members`: logs and checkpoints (`open_run`'s hooks), init or
+   the loaded states, the run under the stall `Watchdog`; a fresh run that
+   fails leaves no run directory;
+8. `report`: the final evaluation returns, a sweep's table of results.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from common import agent
+from common import checkpoint as ckpt
+from common.errors import UserError
+from common.logging import RunLogger, run_name
+
+
+class Plan(NamedTuple):
+    """The members of one run: seeds x sweep combinations, combination-major."""
+    config: Any
+    axes: list                   # sweep axes (empty without --sweep)
+    hps: Any                     # the agent's HParams with a leading member axis
+    combos: List[dict]           # {axis name: value} per member
+    keys: np.ndarray             # a PRNG key per member
+    mesh: Any                    # jax Mesh over several devices, or None
+    sweep_meta: Optional[list]   # [[axis name, values], ...] for checkpoint headers
+
+    @property
+    def num_members(self) -> int:
+        return len(self.combos)
+
+
+def main(spec: agent.Agent, argv=None, sweep_specs: Optional[Sequence[str]] = None) -> Any:
+    """Parse, check, train, log, checkpoint, resume (the steps are in the
+    module docstring). `sweep_specs` (`name=v1,v2` strings, scripts/sweep.py):
+    train every combination x seed in the same program. Members are sharded
+    over the devices when JAX sees several. Returns (states, history)."""
+    from common import parallel
+    config = parse(spec, argv)
+    axes = check_inputs(spec, config, sweep_specs or ())
+    plan = plan_members(spec, config, axes)
+    header = read_resume(spec, plan) if config.resume else None
+    train = spec.make_train(config)  # validates sizes and memory
+    estimate = parallel.check_fits(train, plan.num_members, plan.mesh)
+    devices = 1 if plan.mesh is None else plan.mesh.devices.size
+    print(f"{spec.name} on {config.env}: backend {train.env.backend}, {config.num_seeds} seed(s) x "
+          f"{plan.num_members // config.num_seeds} combination(s) x {config.num_envs} env(s), "
+          f"{train.schedule.total_steps} env steps each; {plan.num_members} member(s) on "
+          f"{devices} device(s), about {estimate['total'] / 2**20:.1f} MiB of state")
+    run_dir, states, start_chunk = starting_point(spec, plan, train, header)
+    states, history, seconds = train_members(spec, plan, train, run_dir, states, start_chunk)
+    history = parallel.fetch(history)
+    report(plan, run_dir, history, seconds, start_chunk >= train.schedule.num_chunks)
+    return states, history
+
+
+def parse(spec: agent.Agent, argv) -> Any:
+    import tyro
+    return tyro.cli(spec.Config, args=argv, description=spec.doc)
+
+
+def check_inputs(spec: agent.Agent, config, sweep_specs: Sequence[str]) -> list:
+    """Refuse, before any work, what the run cannot do: the agent's sizes
+    (first), the backend, the task, the sweep axes and each combination's
+    sizes. Starts jax.distributed when asked to. Returns the sweep axes."""
+    from common import envs, parallel, sweep
+    spec.validate(config)
+    parallel.initialize_distributed()
+    envs.resolve_backend(config.backend)
+    if config.env not in envs.names():
+        raise UserError(f"unknown task {config.env!r}; valid tasks: {', '.join(envs.names())}")
+    axes = sweep.parse_axes(sweep_specs, spec.Config, spec.HParams, spec.name)
+    for combo in sweep.combinations(axes) if axes else ():
+        spec.validate(sweep.combination_config(config, axes, combo))
+    return axes
+
+
+def plan_members(spec: agent.Agent, config, axes: list) -> Plan:
+    from common import parallel, sweep
+    hps, combos = sweep.member_hparams(config, axes, spec.hparams, config.num_seeds)
+    mesh = parallel.make_mesh(len(combos),
+                              "--num-seeds x the sweep combinations" if axes else "--num-seeds")
+    keys = np.tile(seed_keys(config.seed, config.num_seeds), (len(combos) // config.num_seeds, 1))
+    return Plan(config, axes, hps, combos, keys, mesh,
+                [[a.name, list(a.values)] for a in axes] or None)
+
+
+def seed_keys(seed: int, num_seeds: int) -> np.ndarray:
+    """Member m of `--seed s --num-seeds N` runs with PRNGKey(s + m), so it is
+    the very run `--seed s+m` would be alone (a 4-seed run is 4 single runs)."""
+    return np.stack([np.asarray(jax.random.PRNGKey(seed + m)) for m in range(num_seeds)])
+
+
+def read_resume(spec: agent.Agent, plan: Plan) -> dict:
+    """The header of the checkpoint to resume, refused when it is for another
+    agent, task or sweep, or when the run spans several processes."""
+    config = plan.config
+    header = ckpt.read_header(config.resume)
+    for key, want in (("algo", spec.name), ("env", config.env), ("sweep", plan.sweep_meta)):
+        if header.get(key) != want:
+            raise UserError(f"checkpoint {config.resume!r} is for {key}={header.get(key)!r}, "
+                            f"not {want!r}")
+    if jax.process_count() > 1:
+        raise UserError("--resume runs in a single process (each process of a multi-host run "
+                        "checkpoints only its own members)")
+    return header
+
+
+def starting_point(spec: agent.Agent, plan: Plan, train: agent.Train,
+                   header: Optional[dict]) -> Tuple[str, Any, int]:
+    """(run directory, states, first chunk to run): a new directory, no
+    states and chunk 0; or, resuming, the checkpoint's directory, its states
+    and the chunk after its own."""
+    config = plan.config
+    if header is None:
+        algo = spec.name + ("_sweep" if plan.axes else "")
+        run_dir = os.path.join(config.log_dir, run_name(config.env, algo, config.seed))
+        if jax.process_count() > 1:
+            run_dir += f"__process{jax.process_index()}"
+        return run_dir, None, 0
+    template = jax.eval_shape(jax.vmap(train.init), plan.keys, plan.hps)
+    states, header = ckpt.load(config.resume, template, {
+        "algo": spec.name, "env": config.env, "num_seeds": config.num_seeds})
+    start_chunk = int(header["chunk"]) + 1
+    print(f"resuming {header['run_dir']} after chunk {start_chunk} of {train.schedule.num_chunks}")
+    return header["run_dir"], states, start_chunk
+
+
+def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
+             run_dir: str) -> Tuple[RunLogger, agent.Hooks]:
+    """The run directory's logger (a TensorBoard stream per local member) and
+    the hooks that log and checkpoint into it, each call gathered from the
+    shards of all devices first (parallel.Gather)."""
+    from common import parallel, sweep
+    config = plan.config
+    local = parallel.local_members(plan.mesh, plan.num_members)
+    seeds = [int(config.seed + m % config.num_seeds) for m in local]
+    if plan.axes:
+        streams = [f"{sweep.label(plan.combos[m])}/seed_{s}" for m, s in zip(local, seeds)]
+        tags = [dict(plan.combos[m], seed=s, member=int(m)) for m, s in zip(local, seeds)]
+    else:
+        streams, tags = seeds, None
+    logger = RunLogger(run_dir, config, train.schedule.total_steps, streams, tags=tags)
+    ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
+
+    def log(step, members, metrics):
+        logger.write(step, metrics)
+
+    def save(chunk, members, state):
+        ckpt.save(ckpt_path, state, {"algo": spec.name, "env": config.env,
+                                     "num_seeds": config.num_seeds, "chunk": chunk,
+                                     "run_dir": run_dir, "sweep": plan.sweep_meta,
+                                     "members": members.tolist(),
+                                     "config": dataclasses.asdict(config)})
+
+    gather_log, gather_save = parallel.Gather(log, local), parallel.Gather(save, local)
+    hooks = agent.Hooks(lambda lead, step, metrics, member: gather_log(step, member, metrics),
+                        lambda lead, chunk, state, member: gather_save(chunk, member, state))
+    return logger, hooks
+
+
+def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: str, states,
+                  start_chunk: int) -> Tuple[Any, Any, float]:
+    """Every member from `start_chunk` on, from `states` (None: init), as one
+    program; returns (states, history, seconds). A fresh run that fails
+    leaves no run directory behind."""
+    from common import parallel
+    mesh, resumed = plan.mesh, states is not None
+    created = not os.path.exists(run_dir)
+    logger, hooks = open_run(spec, plan, train, run_dir)
+    ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
+    init, run = parallel.compile_members(train, mesh, hooks)
+    try:
+        if resumed:
+            states = parallel.put(states, mesh)
+        else:
+            states = init(parallel.put(plan.keys, mesh), parallel.put(plan.hps, mesh))
+        t0 = time.time()
+        members = parallel.put(np.arange(plan.num_members, dtype=np.int32), mesh)
+        with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)):
+            states, history = run(states, start_chunk, members)
+            jax.block_until_ready(states)
+    except BaseException:
+        logger.close()
+        if created and not resumed and not os.path.exists(ckpt_path):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    logger.close()
+    return states, history, time.time() - t0
+
+
+def report(plan: Plan, run_dir: str, history, seconds: float, was_finished: bool) -> None:
+    """The final evaluation returns; for a sweep, its table of results (kept
+    in run_dir/results.json; a resumed finished sweep shows it as it was)."""
+    from common import sweep
+    config, axes = plan.config, plan.axes
+    final = np.asarray(history["eval/episode_return"])[:, -1]
+    print(f"done in {seconds:.0f}s: final eval return {np.mean(final):.1f} "
+          f"(per {'member' if axes else 'seed'} {[round(float(x), 1) for x in final]}); "
+          f"logs and checkpoint in {run_dir}")
+    if not axes:
+        return
+    results_path = os.path.join(run_dir, "results.json")
+    if was_finished and os.path.exists(results_path):
+        with open(results_path) as f:
+            rows = json.load(f)
+    else:
+        rows = sweep.results(axes, final, config.num_seeds)
+        if jax.process_index() == 0:
+            with open(results_path, "w") as f:
+                json.dump(rows, f, indent=2)
+    print(sweep.table(axes, rows, config.num_seeds))
+
+
+# --------------------------------------------------------------------------- stalls
+
+STALL_VAR = "RL_STALL_TIMEOUT"
+
+
+def stall_timeout() -> float:
+    """Seconds without any host call (physics step, log, checkpoint) after
+    which a started run counts as stuck ($RL_STALL_TIMEOUT, default 1200)."""
+    try:
+        return float(os.environ.get(STALL_VAR, "1200"))
+    except ValueError:
+        raise UserError(f"${STALL_VAR} must be a number of seconds, "
+                        f"got {os.environ[STALL_VAR]!r}") from None
+
+
+class Watchdog:
+    """While the compiled run executes, checks that it keeps calling the host
+    (common/hostcall heartbeats: every native physics step, every chunk's log)
+    and calls on_stall(idle_seconds) once when it has not for `timeout`
+    seconds. It arms at the first host call, so compilation never counts."""
+
+    def __init__(self, timeout: float, on_stall: Callable[[float], None], poll: float = 5.0):
+        from common import hostcall
+        self.timeout, self.on_stall, self.poll, self.hostcall = timeout, on_stall, poll, hostcall
+        self.stop = threading.Event()
+
+    def _watch(self) -> None:
+        start = time.monotonic()
+        while not self.stop.wait(min(self.poll, self.timeout)):
+            last = self.hostcall.last_call()
+            if last > start and time.monotonic() - last > self.timeout:
+                self.on_stall(time.monotonic() - last)
+                return
+
+    def __enter__(self):
+        if self.timeout > 0:
+            threading.Thread(target=self._watch, daemon=True, name="watchdog").start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+
+
+def _stalled(idle: float, ckpt_path: str) -> None:
+    saved = f"its last checkpoint is {ckpt_path}" if os.path.exists(ckpt_path) else \
+        "no checkpoint was written"
+    print(f"\nerror: the run made no progress for {idle:.0f} s (no physics step, log or "
+          f"checkpoint) and is stopped instead of hanging; {saved} (${STALL_VAR} sets the limit)",
+          file=sys.stderr, flush=True)
+    os._exit(3)
