@@ -6,7 +6,8 @@
     state = policy.env.reset(jax.random.PRNGKey(0), policy.env.eval_pool)
     state = policy.env.step(state, policy.act(state.obs))  # in a loop: jax.jit(policy.env.step)
 
-    python scripts/export.py runs/cheetah_run__td3__1__1700000000 --seed-index 0 --out release/cheetah_run__td3.npz
+    python scripts/export.py runs/cheetah_run__td3__1__1700000000 --seed-index 0 \
+        --out release/cheetah_run__td3.npz
     python scripts/evaluate.py release/cheetah_run__td3.npz --episodes 100
 
 `load_policy` reads any of
@@ -26,6 +27,7 @@ rebuilds the agent through the agent protocol alone: `algos/<algo>.py`'s
 `Config`, `make_train` (for the shape of the state) and `make_act`.
 Anything wrong with a file ends in one UserError line.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,15 +48,24 @@ from common import checkpoint as ckpt
 from common.errors import UserError
 
 FORMAT = "rl-policy"
-VERSION = 1          # the newest version of the exported format this code reads and writes
+VERSION = 1  # the newest version of the exported format this code reads and writes
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # what a damaged archive raises somewhere between zipfile, zlib, numpy and json
-_READ_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, zlib.error,
-                NotImplementedError)
+_READ_ERRORS = (
+    OSError,
+    EOFError,
+    ValueError,
+    KeyError,
+    TypeError,
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,
+)
 
 
 class PolicyState(NamedTuple):
     """The train-state fields every agent's `make_act(config, env)` reads."""
+
     actor_params: Any
     obs_stats: Any
     hp: Any
@@ -64,25 +75,39 @@ class Policy:
     """One seed's trained policy. `act(obs)` maps an observation [D] or a
     batch [B, D] to actions in env units (normalisation included)."""
 
-    def __init__(self, algo: str, task: str, config, seed_index: int, state: PolicyState,
-                 eval_return: Optional[float], path: str, kind: str, header: Dict[str, Any],
-                 saved_config: Dict[str, Any], make_act, env=None):
+    def __init__(
+        self,
+        algo: str,
+        task: str,
+        config,
+        seed_index: int,
+        state: PolicyState,
+        eval_return: Optional[float],
+        path: str,
+        kind: str,
+        header: Dict[str, Any],
+        saved_config: Dict[str, Any],
+        make_act,
+        env=None,
+    ):
         self.algo, self.task, self.config, self.seed_index = algo, task, config, seed_index
         self.state, self.eval_return = state, eval_return
-        self.path = path            # the file read (a run directory's checkpoint.npz)
-        self.kind = kind            # "checkpoint", "policy_part" or "exported"
+        self.path = path  # the file read (a run directory's checkpoint.npz)
+        self.kind = kind  # "checkpoint", "policy_part" or "exported"
         self.header = header
         self.check = header.get("check") if kind == "exported" else None  # recorded at export
         self._saved_config, self._make_act, self._env = saved_config, make_act, env
 
     def __repr__(self) -> str:
-        return f"Policy({self.algo!r}, {self.task!r}, seed_index={self.seed_index}, path={self.path!r})"
+        return (f"Policy({self.algo!r}, {self.task!r}, seed_index={self.seed_index}, "
+                f"path={self.path!r})")
 
     @property
     def env(self):
         """The task on the backend it was loaded for."""
         if self._env is None:
             from common import envs
+
             self._env = envs.make(self.task, self.config.backend)
         return self._env
 
@@ -111,13 +136,18 @@ class Policy:
         obs = jnp.asarray(obs, jnp.float32)
         size = self.env.observation_size
         if obs.ndim not in (1, 2) or obs.shape[-1] != size:
-            raise UserError(f"{self.task} observations are [{size}] or [batch, {size}], got {list(obs.shape)}")
+            raise UserError(
+                f"{self.task} observations are [{size}] or [batch, {size}], got {list(obs.shape)}"
+            )
         if not deterministic and key is None:
-            raise UserError("act(obs, deterministic=False) samples the exploration policy and needs a key")
+            raise UserError(
+                "act(obs, deterministic=False) samples the exploration policy and needs a key"
+            )
         return self._jitted(self.state, obs, None if deterministic else key, bool(deterministic))
 
 
 # --------------------------------------------------------------------------- reading
+
 
 def _resolve(path: str) -> str:
     path = str(path)
@@ -136,42 +166,59 @@ def _read_header(path: str) -> Tuple[str, Dict[str, Any]]:
     except OSError as e:
         raise UserError(f"cannot read {path!r} ({e.strerror or e})") from None
     if magic != b"PK\x03\x04":  # every npz is a zip archive
-        raise UserError(f"{path!r} is not a policy file or checkpoint (not an npz archive"
-                        f"{', it is empty' if not magic else ''})")
+        raise UserError(
+            f"{path!r} is not a policy file or checkpoint (not an npz archive"
+            f"{', it is empty' if not magic else ''})"
+        )
     try:
         with np.load(path) as z:
             if "header" not in z.files:
-                raise UserError(f"{path!r} is an npz archive without this project's header "
-                                f"(a foreign file, or a damaged one)")
+                raise UserError(
+                    f"{path!r} is an npz archive without this project's header "
+                    f"(a foreign file, or a damaged one)"
+                )
             header = json.loads(bytes(z["header"]).decode())
             names = set(z.files)
     except UserError:
         raise
     except _READ_ERRORS as e:
-        raise UserError(f"unreadable policy file or checkpoint {path!r} "
-                        f"(corrupt or truncated: {type(e).__name__})") from None
+        raise UserError(
+            f"unreadable policy file or checkpoint {path!r} "
+            f"(corrupt or truncated: {type(e).__name__})"
+        ) from None
     if not isinstance(header, dict):
-        raise UserError(f"{path!r} has a header this project did not write (not a policy file or checkpoint)")
+        raise UserError(
+            f"{path!r} has a header this project did not write (not a policy file or checkpoint)"
+        )
     if "format" in header:
         if header["format"] != FORMAT:
-            raise UserError(f"{path!r} is a {header['format']!r} file, not an {FORMAT!r} policy file")
+            raise UserError(
+                f"{path!r} is a {header['format']!r} file, not an {FORMAT!r} policy file"
+            )
         version = header.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise UserError(f"{path!r} has no valid {FORMAT} version (found {version!r})")
         if version > VERSION:
-            raise UserError(f"{path!r} is {FORMAT} version {version}; this code reads version {VERSION} "
-                            f"(use a newer version of this project)")
+            raise UserError(
+                f"{path!r} is {FORMAT} version {version}; this code reads version {VERSION} "
+                f"(use a newer version of this project)"
+            )
         return "exported", header
     if "leaf_paths" in header:
         return "checkpoint", header
     if "chunk" in header and any(n.startswith(".") for n in names):
         return "policy_part", header
-    raise UserError(f"{path!r} has a header this project did not write (not a policy file or checkpoint)")
+    raise UserError(
+        f"{path!r} has a header this project did not write (not a policy file or checkpoint)"
+    )
 
 
 def _algo_module(algo, path: str):
-    valid = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "algos"))
-                   if f.endswith(".py") and not f.startswith("_"))
+    valid = sorted(
+        f[:-3]
+        for f in os.listdir(os.path.join(ROOT, "algos"))
+        if f.endswith(".py") and not f.startswith("_")
+    )
     if algo not in valid:
         raise UserError(f"{path!r} is for agent {algo!r}, which is not one of {', '.join(valid)}")
     return importlib.import_module(f"algos.{algo}")
@@ -190,7 +237,9 @@ def _config(module, header: Dict[str, Any], path: str):
     except (TypeError, ValueError) as e:
         raise UserError(f"{path!r} has a config {header['algo']} cannot take ({e})") from None
     if header.get("env", config.env) != config.env:
-        raise UserError(f"{path!r} is for task {header.get('env')!r} but its config says {config.env!r}")
+        raise UserError(
+            f"{path!r} is for task {header.get('env')!r} but its config says {config.env!r}"
+        )
     return config, saved
 
 
@@ -222,18 +271,24 @@ def _read_leaves(path: str, kind: str, header: Dict[str, Any], template, index: 
                 key = jax.tree_util.keystr(p)
                 name = key if kind == "policy_part" else names.get(key)
                 if name is None or name not in z.files:
-                    raise UserError(f"{path!r} has no {key} (not a {header['algo']} policy of this config)")
+                    raise UserError(
+                        f"{path!r} has no {key} (not a {header['algo']} policy of this config)"
+                    )
                 a = z[name]
                 want = lead + tuple(t.shape)
                 if a.shape != want or a.dtype != np.dtype(t.dtype):
-                    raise UserError(f"{path!r}: {key} is {a.dtype}{list(a.shape)}, this {header['algo']} "
-                                    f"config needs {np.dtype(t.dtype)}{list(want)}")
+                    raise UserError(
+                        f"{path!r}: {key} is {a.dtype}{list(a.shape)}, this {header['algo']} "
+                        f"config needs {np.dtype(t.dtype)}{list(want)}"
+                    )
                 leaves.append(jnp.asarray(a if kind == "exported" else a[index]))
     except UserError:
         raise
     except _READ_ERRORS as e:
-        raise UserError(f"unreadable policy file or checkpoint {path!r} "
-                        f"(corrupt or truncated: {type(e).__name__})") from None
+        raise UserError(
+            f"unreadable policy file or checkpoint {path!r} "
+            f"(corrupt or truncated: {type(e).__name__})"
+        ) from None
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
@@ -242,6 +297,7 @@ def load_policy(path: str, seed_index: int = 0, backend: str = "native") -> Poli
     policy part file of scripts/bench_standard.py or an exported policy file
     (which holds one seed: index 0), acting on `backend`'s env."""
     from common import envs
+
     path = _resolve(path)
     kind, header = _read_header(path)
     module = _algo_module(header.get("algo"), path)
@@ -251,8 +307,11 @@ def load_policy(path: str, seed_index: int = 0, backend: str = "native") -> Poli
     except UserError as e:
         raise UserError(f"{path!r}: {e}") from None
     if not 0 <= seed_index < members:
-        what = "an exported policy file holds one seed, index 0" if kind == "exported" else \
-            f"{path!r} holds {members} seed(s) or sweep member(s), 0..{members - 1}"
+        what = (
+            "an exported policy file holds one seed, index 0"
+            if kind == "exported"
+            else f"{path!r} holds {members} seed(s) or sweep member(s), 0..{members - 1}"
+        )
         raise UserError(f"seed index {seed_index} is out of range: {what}")
     envs.resolve_backend(backend)
     config = dataclasses.replace(config, backend=backend)
@@ -263,12 +322,24 @@ def load_policy(path: str, seed_index: int = 0, backend: str = "native") -> Poli
     template = PolicyState(*(getattr(shapes, f) for f in PolicyState._fields))
     state = _read_leaves(path, kind, header, template, seed_index, members)
     eval_return = header.get("eval_return") if kind == "exported" else None
-    return Policy(header["algo"], config.env, config,
-                  int(header.get("seed_index", 0)) if kind == "exported" else seed_index,
-                  state, eval_return, path, kind, header, saved, module.make_act, train.env)
+    return Policy(
+        header["algo"],
+        config.env,
+        config,
+        int(header.get("seed_index", 0)) if kind == "exported" else seed_index,
+        state,
+        eval_return,
+        path,
+        kind,
+        header,
+        saved,
+        module.make_act,
+        train.env,
+    )
 
 
 # --------------------------------------------------------------------------- episodes
+
 
 def episode_returns(policy: Policy, keys: jax.Array, env=None) -> np.ndarray:
     """Returns of len(keys) deterministic episodes run in parallel, each
@@ -298,6 +369,7 @@ def episode_returns(policy: Policy, keys: jax.Array, env=None) -> np.ndarray:
 
 def _native_env(policy: Policy):
     from common import envs
+
     return policy.env if policy.env.backend == "native" else envs.make(policy.task, "native")
 
 
@@ -309,6 +381,7 @@ def check_return(policy: Policy) -> float:
 
 # --------------------------------------------------------------------------- export
 
+
 def export(policy: Policy, path: str, eval_return: Optional[float] = None) -> Dict[str, Any]:
     """Write `policy` (one seed) to `path` atomically; returns its header.
     `eval_return` (default the policy's own) is recorded as given."""
@@ -318,15 +391,33 @@ def export(policy: Policy, path: str, eval_return: Optional[float] = None) -> Di
         eval_return = float(eval_return)
         eval_return = eval_return if math.isfinite(eval_return) else None  # JSON has no NaN
     env = _native_env(policy)
-    check = {"return": check_return(policy), "backend": "native", "reset_key": 0,
-             "pool": "eval_pool", "steps": env.episode_length}
-    header = {"format": FORMAT, "version": VERSION, "algo": policy.algo, "env": policy.task,
-              "config": policy._saved_config, "seed_index": policy.seed_index,
-              "eval_return": eval_return, "check": check}
+    check = {
+        "return": check_return(policy),
+        "backend": "native",
+        "reset_key": 0,
+        "pool": "eval_pool",
+        "steps": env.episode_length,
+    }
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "algo": policy.algo,
+        "env": policy.task,
+        "config": policy._saved_config,
+        "seed_index": policy.seed_index,
+        "eval_return": eval_return,
+        "check": check,
+    }
     state = jax.tree.map(np.asarray, policy.state)
     try:
-        ckpt.save(str(path), state, header)  # header + leaf_paths + leaf_00000..., temp file + rename
+        ckpt.save(
+            str(path), state, header
+        )  # header + leaf_paths + leaf_00000..., temp file + rename
     except OSError as e:
         raise UserError(f"cannot write {str(path)!r} ({e.strerror or e})") from None
-    return dict(header, leaf_paths=[jax.tree_util.keystr(p)
-                                    for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]])
+    return dict(
+        header,
+        leaf_paths=[
+            jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]
+        ],
+    )

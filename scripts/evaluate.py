@@ -8,6 +8,7 @@ env's evaluation pool, which no training run draws from), their keys split
 from PRNGKey(--seed). The interval is the percentile bootstrap of the mean
 over the episodes (scripts/plot.py's bootstrap_ci).
 """
+
 import os
 import sys
 
@@ -22,15 +23,29 @@ BACKENDS = ("native", "mjx", "auto")  # as common.envs.BACKENDS (not imported: i
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("policy", metavar="FILE",
-                   help="an exported policy file (or a run directory, checkpoint, bench_standard .policy.npz)")
+    p = ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "policy",
+        metavar="FILE",
+        help="an exported policy file (or a run directory, checkpoint, bench_standard .policy.npz)",
+    )
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
-    p.add_argument("--backend", default="native", help="physics backend: native (default), mjx or auto")
-    p.add_argument("--seed", type=int, default=0, help="seed of the episodes' initial states (default 0)")
-    p.add_argument("--seed-index", type=int, default=0,
-                   help="which seed of a run or checkpoint (an exported file holds one: 0)")
+    p.add_argument(
+        "--backend", default="native", help="physics backend: native (default), mjx or auto"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the episodes' initial states (default 0)"
+    )
+    p.add_argument(
+        "--seed-index",
+        type=int,
+        default=0,
+        help="which seed of a run or checkpoint (an exported file holds one: 0)",
+    )
     args = p.parse_args(argv)
     if args.episodes < 1:
         raise UserError(f"--episodes must be positive, got {args.episodes}")
@@ -46,12 +61,18 @@ def main(argv=None):
     import numpy as np
     from common.policy import episode_returns, load_policy
     from plot import bootstrap_ci
+
     policy = load_policy(args.policy, args.seed_index, args.backend)
-    returns = episode_returns(policy, jax.random.split(jax.random.PRNGKey(args.seed), args.episodes))
+    returns = episode_returns(
+        policy, jax.random.split(jax.random.PRNGKey(args.seed), args.episodes)
+    )
     lo, hi = bootstrap_ci(returns)
     ci = "n/a for one episode" if np.isnan(lo) else f"[{lo:.2f}, {hi:.2f}]"
-    print(f"{policy.algo} on {policy.task}: mean return {returns.mean():.2f}, 95% CI {ci} over "
-          f"{args.episodes} episode(s) ({policy.env.backend} physics, held-out initial states, seed {args.seed})")
+    print(
+        f"{policy.algo} on {policy.task}: mean return {returns.mean():.2f}, 95% CI {ci} over "
+        f"{args.episodes} episode(s) ({policy.env.backend} physics, held-out initial states, "
+        f"seed {args.seed})"
+    )
     return returns
 
 

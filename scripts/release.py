@@ -11,6 +11,7 @@ the end of training), the mean over 20 new held-out episodes
 (scripts/evaluate.py's interval), the check return the test replays, and
 the exact training command. The folder stays under 10 MB.
 """
+
 import os
 import sys
 
@@ -25,22 +26,24 @@ RESULTS = os.path.join(ROOT, "docs", "results", "standard")
 RELEASE = os.path.join(ROOT, "release")
 ORDER = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo")
 EPISODES = 20
-LIMIT_BYTES = 10 * 2 ** 20
+LIMIT_BYTES = 10 * 2**20
 
 
 def build(results: str = RESULTS, release: str = RELEASE, episodes: int = EPISODES) -> list:
     import jax
     import numpy as np
+
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import export
     import plot
     from common import policy as pol
+
     os.makedirs(release, exist_ok=True)
     rows = []
     for path in sorted(glob.glob(os.path.join(results, "*__*.json"))):
         with open(path) as f:
             r = json.load(f)
-        source = path[:-len(".json")] + ".policy.npz"
+        source = path[: -len(".json")] + ".policy.npz"
         if not os.path.exists(source):
             continue
         finals = [s[-1] for s in r["eval_returns"]]
@@ -50,10 +53,22 @@ def build(results: str = RESULTS, release: str = RELEASE, episodes: int = EPISOD
         policy = pol.load_policy(out)
         returns = pol.episode_returns(policy, jax.random.split(jax.random.PRNGKey(1), episodes))
         lo, hi = plot.bootstrap_ci(returns)
-        rows.append(dict(algo=r["algo"], task=r["task"], steps=r["eval_steps"][-1], seed=r["config"]["seed"] + best,
-                         final=finals[best], mean=float(np.mean(returns)), lo=lo, hi=hi,
-                         check=header["check"]["return"], command=r["command"], file=os.path.basename(out),
-                         kib=os.path.getsize(out) / 1024))
+        rows.append(
+            dict(
+                algo=r["algo"],
+                task=r["task"],
+                steps=r["eval_steps"][-1],
+                seed=r["config"]["seed"] + best,
+                final=finals[best],
+                mean=float(np.mean(returns)),
+                lo=lo,
+                hi=hi,
+                check=header["check"]["return"],
+                command=r["command"],
+                file=os.path.basename(out),
+                kib=os.path.getsize(out) / 1024,
+            )
+        )
     rows.sort(key=lambda x: (x["task"], ORDER.index(x["algo"]) if x["algo"] in ORDER else 99))
     total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(release, "*")))
     if total > LIMIT_BYTES:
@@ -67,12 +82,13 @@ def readme(rows: list) -> str:
     lines = [
         "# Released policies",
         "",
-        "The best seed (highest final evaluation return) of each run of the standard benchmark",
-        "(`python scripts/benchmark.py standard`: walker_walk and cheetah_run, 2 seeds per run,",
-        "default configs, native physics), exported by `scripts/release.py` with `scripts/export.py`.",
-        "Each file holds that seed's actor parameters, observation statistics, config, task, agent,",
-        "format version, evaluation return and a check return (one deterministic native episode from",
-        "a fixed held-out start state, replayed by tests/test_policy.py).",
+        "The best seed (highest final evaluation return) of each run of the standard",
+        "benchmark (`python scripts/benchmark.py standard`: walker_walk and cheetah_run,",
+        "2 seeds per run, default configs, native physics), exported by",
+        "`scripts/release.py` with `scripts/export.py`. Each file holds that seed's actor",
+        "parameters, observation statistics, config, task, agent, format version,",
+        "evaluation return and a check return (one deterministic native episode from a",
+        "fixed held-out start state, replayed by tests/test_policy.py).",
         "",
         "```python",
         "import jax",
@@ -90,9 +106,11 @@ def readme(rows: list) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['file']} | {r['algo']} | {r['task']} | {r['steps']:,} | {r['seed']} | {r['final']:.1f} | "
-                     f"{r['mean']:.1f} [{r['lo']:.1f}, {r['hi']:.1f}] | {r['check']:.2f} | {r['kib']:.0f} KiB | "
-                     f"`{r['command']}` |")
+        lines.append(
+            f"| {r['file']} | {r['algo']} | {r['task']} | {r['steps']:,} | {r['seed']} | "
+            f"{r['final']:.1f} | {r['mean']:.1f} [{r['lo']:.1f}, {r['hi']:.1f}] | "
+            f"{r['check']:.2f} | {r['kib']:.0f} KiB | `{r['command']}` |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -103,8 +121,10 @@ def main(argv=None):
     p.add_argument("--episodes", type=int, default=EPISODES)
     args = p.parse_args(argv)
     for r in build(args.results, args.release, args.episodes):
-        print(f"{r['file']:<28} seed {r['seed']}  final {r['final']:7.1f}  held-out mean {r['mean']:7.1f} "
-              f"[{r['lo']:.1f}, {r['hi']:.1f}]  {r['kib']:.0f} KiB")
+        print(
+            f"{r['file']:<28} seed {r['seed']}  final {r['final']:7.1f}  "
+            f"held-out mean {r['mean']:7.1f} [{r['lo']:.1f}, {r['hi']:.1f}]  {r['kib']:.0f} KiB"
+        )
 
 
 if __name__ == "__main__":

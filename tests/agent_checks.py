@@ -136,7 +136,8 @@ def learning_run(mod, config) -> np.ndarray:
     the budget, the last ones and the time taken (with compilation)."""
     t0 = time.time()
     train = mod.make_train(config)
-    _, history = jax.jit(jax.vmap(train))(jnp.asarray(agent.seed_keys(config.seed, config.num_seeds)))
+    keys = jnp.asarray(agent.seed_keys(config.seed, config.num_seeds))
+    _, history = jax.jit(jax.vmap(train))(keys)
     returns = np.asarray(history["eval/episode_return"])
     returns = returns[:, np.isfinite(returns).all(0)]
     print(f"{mod.__name__} on {config.env}: {config.total_timesteps} steps, last evaluations "

@@ -6,6 +6,7 @@ file acts bit for bit as the agent's own make_act on that seed's train
 state; an exported file reproduces its recorded check episode; every bad
 file ends in one line and exit status 2; every file in release/ still
 reproduces its check."""
+
 import contextlib
 import dataclasses
 import glob
@@ -29,23 +30,58 @@ from common import agent, envs  # noqa: E402
 from common.errors import UserError  # noqa: E402
 from common.policy import PolicyState, check_return, export, load_policy  # noqa: E402
 
-CONFIG = td3.Config(env="cartpole_balance", backend="native", num_envs=2, num_seeds=2, total_timesteps=400,
-                    learning_starts=100, batch_size=16, buffer_size=400, hidden_sizes=(8,), eval_every=0,
-                    eval_episodes=1, checkpoint_every=0, normalize_obs=True)
-FLAGS = ["--env", "cartpole_balance", "--backend", "native", "--num-envs", "2", "--num-seeds", "2",
-         "--total-timesteps", "400", "--learning-starts", "100", "--batch-size", "16", "--buffer-size", "400",
-         "--hidden-sizes", "8", "--eval-every", "0", "--eval-episodes", "1", "--checkpoint-every", "0",
-         "--normalize-obs"]
+CONFIG = td3.Config(
+    env="cartpole_balance",
+    backend="native",
+    num_envs=2,
+    num_seeds=2,
+    total_timesteps=400,
+    learning_starts=100,
+    batch_size=16,
+    buffer_size=400,
+    hidden_sizes=(8,),
+    eval_every=0,
+    eval_episodes=1,
+    checkpoint_every=0,
+    normalize_obs=True,
+)
+FLAGS = [
+    "--env",
+    "cartpole_balance",
+    "--backend",
+    "native",
+    "--num-envs",
+    "2",
+    "--num-seeds",
+    "2",
+    "--total-timesteps",
+    "400",
+    "--learning-starts",
+    "100",
+    "--batch-size",
+    "16",
+    "--buffer-size",
+    "400",
+    "--hidden-sizes",
+    "8",
+    "--eval-every",
+    "0",
+    "--eval-episodes",
+    "1",
+    "--checkpoint-every",
+    "0",
+    "--normalize-obs",
+]
 
 
 @dataclasses.dataclass
 class Trained:
     run: str
-    states: td3.TrainState   # both seeds' final states, as the CLI returned them
+    states: td3.TrainState  # both seeds' final states, as the CLI returned them
     history: dict
-    exported: str            # seed 1, written by scripts/export.py
+    exported: str  # seed 1, written by scripts/export.py
     export_printed: str
-    part: str                # bench_standard's policy part of the checkpoint
+    part: str  # bench_standard's policy part of the checkpoint
 
     def state(self, index):
         return jax.tree.map(lambda x: np.asarray(x)[index], self.states)
@@ -62,7 +98,9 @@ def trained(tmp_path_factory):
         export_script.main([run, "--seed-index", "1", "--out", exported])
     part = str(tmp / "cartpole_balance__td3.policy.npz")
     np.savez_compressed(part, **bench_standard.policy_leaves(os.path.join(run, "checkpoint.npz")))
-    return Trained(run, states, jax.tree.map(np.asarray, history), exported, printed.getvalue(), part)
+    return Trained(
+        run, states, jax.tree.map(np.asarray, history), exported, printed.getvalue(), part
+    )
 
 
 def reference_act():
@@ -77,8 +115,12 @@ def test_every_source_acts_bit_for_bit_as_make_act(trained):
     obs = env.reset(jax.random.PRNGKey(5), env.eval_pool).obs
     batch = 2 * jax.random.normal(jax.random.PRNGKey(6), (5, env.observation_size))
     assert np.any(trained.state(1).obs_stats.mean != 0)  # the normalisation is exercised
-    sources = [(trained.run, 1), (os.path.join(trained.run, "checkpoint.npz"), 1), (trained.part, 1),
-               (trained.exported, 0)]
+    sources = [
+        (trained.run, 1),
+        (os.path.join(trained.run, "checkpoint.npz"), 1),
+        (trained.part, 1),
+        (trained.exported, 0),
+    ]
     for source, index in sources:
         policy = load_policy(source, index)
         assert (policy.algo, policy.task, policy.seed_index) == ("td3", "cartpole_balance", 1)
@@ -87,10 +129,13 @@ def test_every_source_acts_bit_for_bit_as_make_act(trained):
         for o in (obs, batch):
             action = np.asarray(policy.act(o))
             assert action.shape == o.shape[:-1] + (env.action_size,)
-            np.testing.assert_array_equal(action, np.asarray(ref(trained.state(1), o, None, True)),
-                                          err_msg=source)
+            np.testing.assert_array_equal(
+                action, np.asarray(ref(trained.state(1), o, None, True)), err_msg=source
+            )
     other = load_policy(trained.run, 0)  # the seed index picks the seed
-    assert not np.array_equal(np.asarray(other.act(batch)), np.asarray(ref(trained.state(1), batch, None, True)))
+    assert not np.array_equal(
+        np.asarray(other.act(batch)), np.asarray(ref(trained.state(1), batch, None, True))
+    )
 
 
 def test_exploration_policy_needs_a_key(trained):
@@ -98,8 +143,10 @@ def test_exploration_policy_needs_a_key(trained):
     policy = load_policy(trained.exported)
     obs = env.reset(jax.random.PRNGKey(5), env.eval_pool).obs
     key = jax.random.PRNGKey(9)
-    np.testing.assert_array_equal(np.asarray(policy.act(obs, key, deterministic=False)),
-                                  np.asarray(ref(trained.state(1), obs, key, False)))
+    np.testing.assert_array_equal(
+        np.asarray(policy.act(obs, key, deterministic=False)),
+        np.asarray(ref(trained.state(1), obs, key, False)),
+    )
     batch = np.stack([obs] * 4)
     noisy = np.asarray(policy.act(batch, key, deterministic=False))
     assert len({row.tobytes() for row in noisy}) == 4  # a key per observation
@@ -113,20 +160,36 @@ def test_exploration_policy_needs_a_key(trained):
 def test_exported_file(trained):
     with np.load(trained.exported) as z:
         header = json.loads(bytes(z["header"]).decode())
-        assert sorted(z.files) == ["header"] + [f"leaf_{i:05d}" for i in range(len(header["leaf_paths"]))]
-    assert (header["format"], header["version"], header["algo"], header["env"], header["seed_index"]) == \
-        ("rl-policy", 1, "td3", "cartpole_balance", 1)
-    assert all(p.split("[")[0] in (".actor_params", ".obs_stats.mean", ".obs_stats.var", ".obs_stats.count")
-               or p.startswith(".hp.") for p in header["leaf_paths"])  # nothing else: no replay
+        assert sorted(z.files) == ["header"] + [
+            f"leaf_{i:05d}" for i in range(len(header["leaf_paths"]))
+        ]
+    assert (
+        header["format"],
+        header["version"],
+        header["algo"],
+        header["env"],
+        header["seed_index"],
+    ) == ("rl-policy", 1, "td3", "cartpole_balance", 1)
+    assert all(
+        p.split("[")[0]
+        in (".actor_params", ".obs_stats.mean", ".obs_stats.var", ".obs_stats.count")
+        or p.startswith(".hp.")
+        for p in header["leaf_paths"]
+    )  # nothing else: no replay
     assert header["config"]["hidden_sizes"] == [8]
     # the seed's last logged evaluation (stream seed_2: --seed 1, index 1)
-    assert header["eval_return"] == pytest.approx(float(trained.history["eval/episode_return"][1, -1]), rel=1e-6)
+    assert header["eval_return"] == pytest.approx(
+        float(trained.history["eval/episode_return"][1, -1]), rel=1e-6
+    )
     assert os.path.getsize(trained.exported) < 20_000
     check = header["check"]
     assert (check["backend"], check["steps"]) == ("native", 1000) and check["return"] > 0
-    assert re.fullmatch(rf"wrote {re.escape(trained.exported)} \([\d.]+ KiB\): td3 on cartpole_balance, "
-                        rf"seed index 1, eval return {header['eval_return']:.2f}, "
-                        rf"check return {check['return']:.4f}\n", trained.export_printed)
+    assert re.fullmatch(
+        rf"wrote {re.escape(trained.exported)} \([\d.]+ KiB\): td3 on cartpole_balance, "
+        rf"seed index 1, eval return {header['eval_return']:.2f}, "
+        rf"check return {check['return']:.4f}\n",
+        trained.export_printed,
+    )
 
     # export -> load -> the check episode reproduces the recorded return
     policy = load_policy(trained.exported)
@@ -138,7 +201,9 @@ def test_export_from_a_policy_part_with_its_result(trained, tmp_path):
     """bench_standard's policy files: the eval return comes from the result JSON beside them."""
     part = tmp_path / "cartpole_balance__td3.policy.npz"
     part.write_bytes(open(trained.part, "rb").read())
-    (tmp_path / "cartpole_balance__td3.json").write_text(json.dumps({"eval_returns": [[1.0, 2.0], [3.0, 4.5]]}))
+    (tmp_path / "cartpole_balance__td3.json").write_text(
+        json.dumps({"eval_returns": [[1.0, 2.0], [3.0, 4.5]]})
+    )
     out = tmp_path / "again.npz"
     header = export_script.main([str(part), "--seed-index", "1", "--out", str(out)])
     assert header["eval_return"] == 4.5 and header["seed_index"] == 1
@@ -178,26 +243,35 @@ def bad_files(good: str, tmp_path):
     data = open(good, "rb").read()
     corrupt = bytearray(data)
     middle = len(data) // 2
-    corrupt[middle:middle + 64] = bytes(b ^ 0xFF for b in corrupt[middle:middle + 64])
+    corrupt[middle : middle + 64] = bytes(b ^ 0xFF for b in corrupt[middle : middle + 64])
     (tmp_path / "corrupt.npz").write_bytes(bytes(corrupt))
-    (tmp_path / "truncated.npz").write_bytes(data[:len(data) // 2])
+    (tmp_path / "truncated.npz").write_bytes(data[: len(data) // 2])
     (tmp_path / "empty.npz").write_bytes(b"")
     (tmp_path / "text.npz").write_text("not a policy\n")
     np.savez(tmp_path / "foreign.npz", weights=np.arange(3.0))
     with np.load(good) as z:
         config = json.loads(bytes(z["header"]).decode())["config"]
-    return [(str(tmp_path / "corrupt.npz"), "corrupt or truncated"),
-            (str(tmp_path / "truncated.npz"), "corrupt or truncated"),
-            (str(tmp_path / "empty.npz"), "not an npz archive, it is empty"),
-            (str(tmp_path / "text.npz"), "not an npz archive"),
-            (str(tmp_path / "foreign.npz"), "without this project's header"),
-            (rewrite(good, tmp_path / "other.npz", format="other-format"),
-             "is a 'other-format' file, not an 'rl-policy' policy file"),
-            (rewrite(good, tmp_path / "v2.npz", version=2), "rl-policy version 2; this code reads version 1"),
-            (rewrite(good, tmp_path / "v0.npz", version="1"), "no valid rl-policy version (found '1')"),
-            (rewrite(good, tmp_path / "wide.npz", config=dict(config, hidden_sizes=[16])),
-             "['Dense_0']['bias'] is float32[8], this td3 config needs float32[16]"),
-            (str(tmp_path / "missing.npz"), "no checkpoint or policy file at")]
+    return [
+        (str(tmp_path / "corrupt.npz"), "corrupt or truncated"),
+        (str(tmp_path / "truncated.npz"), "corrupt or truncated"),
+        (str(tmp_path / "empty.npz"), "not an npz archive, it is empty"),
+        (str(tmp_path / "text.npz"), "not an npz archive"),
+        (str(tmp_path / "foreign.npz"), "without this project's header"),
+        (
+            rewrite(good, tmp_path / "other.npz", format="other-format"),
+            "is a 'other-format' file, not an 'rl-policy' policy file",
+        ),
+        (
+            rewrite(good, tmp_path / "v2.npz", version=2),
+            "rl-policy version 2; this code reads version 1",
+        ),
+        (rewrite(good, tmp_path / "v0.npz", version="1"), "no valid rl-policy version (found '1')"),
+        (
+            rewrite(good, tmp_path / "wide.npz", config=dict(config, hidden_sizes=[16])),
+            "['Dense_0']['bias'] is float32[8], this td3 config needs float32[16]",
+        ),
+        (str(tmp_path / "missing.npz"), "no checkpoint or policy file at"),
+    ]
 
 
 def one_line_exit_2(main, argv, capsys, message):
@@ -220,26 +294,43 @@ def test_bad_files_one_line_and_exit_2(trained, tmp_path, capsys):
 
 
 def test_bad_arguments_one_line_and_exit_2(trained, tmp_path, capsys):
-    one_line_exit_2(export_script.main, [trained.run, "--seed-index", "5", "--out", str(tmp_path / "o.npz")],
-                    capsys, "0..1")
-    one_line_exit_2(export_script.main, [trained.run, "--out", str(tmp_path / "o.pt")], capsys, ".npz")
+    one_line_exit_2(
+        export_script.main,
+        [trained.run, "--seed-index", "5", "--out", str(tmp_path / "o.npz")],
+        capsys,
+        "0..1",
+    )
+    one_line_exit_2(
+        export_script.main, [trained.run, "--out", str(tmp_path / "o.pt")], capsys, ".npz"
+    )
     one_line_exit_2(export_script.main, [trained.run], capsys, "--out")
-    one_line_exit_2(export_script.main, [trained.run, "--out", "/proc/no/such/dir/o.npz"], capsys,
-                    "cannot write")
+    one_line_exit_2(
+        export_script.main,
+        [trained.run, "--out", "/proc/no/such/dir/o.npz"],
+        capsys,
+        "cannot write",
+    )
     one_line_exit_2(evaluate_script.main, [trained.exported, "--episodes", "0"], capsys, "positive")
-    one_line_exit_2(evaluate_script.main, [trained.exported, "--backend", "cuda"], capsys, "unknown backend")
+    one_line_exit_2(
+        evaluate_script.main, [trained.exported, "--backend", "cuda"], capsys, "unknown backend"
+    )
 
 
 def test_evaluate_prints_mean_and_interval(trained, capsys):
     returns = evaluate_script.main([trained.exported, "--episodes", "3", "--seed", "1"])
     printed = capsys.readouterr().out
-    (mean, lo, hi), = re.findall(r"td3 on cartpole_balance: mean return (-?[\d.]+), 95% CI "
-                                 r"\[(-?[\d.]+), (-?[\d.]+)\] over 3 episode\(s\) \(native physics", printed)
+    ((mean, lo, hi),) = re.findall(
+        r"td3 on cartpole_balance: mean return (-?[\d.]+), 95% CI "
+        r"\[(-?[\d.]+), (-?[\d.]+)\] over 3 episode\(s\) \(native physics",
+        printed,
+    )
     assert returns.shape == (3,) and float(lo) <= float(mean) <= float(hi)
     assert float(mean) == pytest.approx(returns.mean(), abs=0.006)
     # the same held-out episodes the training run's evaluation draws with that key
     policy = load_policy(trained.exported)
-    expected = agent.evaluate(policy.env, policy.act_fn, policy.state, lambda o: o, jax.random.PRNGKey(1), 3)
+    expected = agent.evaluate(
+        policy.env, policy.act_fn, policy.state, lambda o: o, jax.random.PRNGKey(1), 3
+    )
     assert returns.mean() == pytest.approx(float(expected), rel=1e-5)
 
 

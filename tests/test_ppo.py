@@ -246,7 +246,8 @@ def _learns(config):
     on both seeds (deterministic mean action, full 1000-step episodes) is
     learning."""
     train = ppo.make_train(config)
-    _, history = jax.jit(jax.vmap(train))(jnp.asarray(agent.seed_keys(config.seed, config.num_seeds)))
+    keys = jnp.asarray(agent.seed_keys(config.seed, config.num_seeds))
+    _, history = jax.jit(jax.vmap(train))(keys)
     final = np.asarray(history["eval/episode_return"])[:, -1]
     print(f"ppo on {config.env}: {config.total_timesteps} steps, final eval {final}")
     assert np.all(final >= 950), final

@@ -4,6 +4,7 @@ task targets drawn where the agent saw them; camera choice; bad input.
 
 Skipped only where no OpenGL for offscreen rendering exists (never in CI,
 where .ci/run installs Mesa's EGL: there it fails instead)."""
+
 import os
 import re
 import subprocess
@@ -36,39 +37,78 @@ def write_checkpoint(module, algo: str, config, run_dir) -> None:
     (the slow-marked test below renders a checkpoint from a real run)."""
     import dataclasses
     from common import checkpoint
+
     train = module.make_train(config)
     keys = jax.random.split(jax.random.PRNGKey(config.seed), config.num_seeds)
     template = jax.eval_shape(jax.vmap(train.init), keys)
     rng = np.random.default_rng(0)
+
     def fill(x):
         if np.issubdtype(x.dtype, np.floating):
             return rng.normal(0, 0.5, x.shape).astype(x.dtype)
         return np.zeros(x.shape, x.dtype)
 
-    checkpoint.save(str(run_dir / checkpoint.CHECKPOINT_FILE), jax.tree.map(fill, template), {
-        "algo": algo, "env": config.env, "num_seeds": config.num_seeds, "chunk": 0,
-        "run_dir": str(run_dir), "config": dataclasses.asdict(config)})
+    checkpoint.save(
+        str(run_dir / checkpoint.CHECKPOINT_FILE),
+        jax.tree.map(fill, template),
+        {
+            "algo": algo,
+            "env": config.env,
+            "num_seeds": config.num_seeds,
+            "chunk": 0,
+            "run_dir": str(run_dir),
+            "config": dataclasses.asdict(config),
+        },
+    )
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A 2-seed TD3 checkpoint on cartpole_balance (dense reward) with tiny networks."""
     from algos import td3
+
     run = tmp_path_factory.mktemp("runs") / "cartpole_balance__td3__1__0"
     run.mkdir()
-    write_checkpoint(td3, "td3", td3.Config(env="cartpole_balance", backend="native", num_seeds=2,
-                                            total_timesteps=1000, learning_starts=500,
-                                            batch_size=16, buffer_size=1000, hidden_sizes=(8, 8)),
-                     run)
+    write_checkpoint(
+        td3,
+        "td3",
+        td3.Config(
+            env="cartpole_balance",
+            backend="native",
+            num_seeds=2,
+            total_timesteps=1000,
+            learning_starts=500,
+            batch_size=16,
+            buffer_size=1000,
+            hidden_sizes=(8, 8),
+        ),
+        run,
+    )
     return run
 
 
 def test_video_of_one_episode(gl, run_dir, tmp_path, capsys):
     import imageio.v2 as imageio
     from PIL import Image
+
     out = tmp_path / "video" / "cartpole.mp4"
-    render.main([str(run_dir), "--seed-index", "1", "--width", "64", "--height", "48", "--fast",
-                 "--gif", "--seed", "3", "--out", str(out)])
+    render.main(
+        [
+            str(run_dir),
+            "--seed-index",
+            "1",
+            "--width",
+            "64",
+            "--height",
+            "48",
+            "--fast",
+            "--gif",
+            "--seed",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     frames = imageio.mimread(str(out), memtest=False)
     assert len(frames) == 1000  # one frame per control step of the 1000-step episode
@@ -82,9 +122,12 @@ def test_video_of_one_episode(gl, run_dir, tmp_path, capsys):
     (ret,) = re.findall(r"episode 0: return (-?[\d.]+) over 1000 steps", printed)
     from common import agent
     from common.policy import load_policy
+
     policy = load_policy(str(run_dir / "checkpoint.npz"), 1)
     k_reset = jax.random.split(jax.random.PRNGKey(3))[0]
-    expected = float(agent.evaluate(policy.env, policy.act_fn, policy.state, lambda o: o, k_reset, 1))
+    expected = float(
+        agent.evaluate(policy.env, policy.act_fn, policy.state, lambda o: o, k_reset, 1)
+    )
     assert expected > 1 and float(ret) == pytest.approx(expected, abs=0.006)
     assert f"wrote {out} (1000 frames, 64x48, 100 fps" in printed
 
@@ -93,14 +136,37 @@ def test_mjx_checkpoint_steps_and_default_output(gl, tmp_path, capsys):
     """A checkpoint trained on MJX (a GPU's backend) renders on native physics."""
     import imageio.v2 as imageio
     from algos import td3
+
     run = tmp_path / "cartpole_balance__td3__1__0"
     run.mkdir()
-    write_checkpoint(td3, "td3", td3.Config(env="cartpole_balance", backend="mjx",
-                                            total_timesteps=1000, learning_starts=500,
-                                            batch_size=16, buffer_size=1000, hidden_sizes=(8, 8)),
-                     run)
-    render.main([str(run / "checkpoint.npz"), "--steps", "30", "--width", "32", "--height", "32",
-                 "--fast", "--fps", "10"])
+    write_checkpoint(
+        td3,
+        "td3",
+        td3.Config(
+            env="cartpole_balance",
+            backend="mjx",
+            total_timesteps=1000,
+            learning_starts=500,
+            batch_size=16,
+            buffer_size=1000,
+            hidden_sizes=(8, 8),
+        ),
+        run,
+    )
+    render.main(
+        [
+            str(run / "checkpoint.npz"),
+            "--steps",
+            "30",
+            "--width",
+            "32",
+            "--height",
+            "32",
+            "--fast",
+            "--fps",
+            "10",
+        ]
+    )
     printed = capsys.readouterr().out
     assert "(cut short by --steps)" in printed and "native physics" in printed
     reader = imageio.get_reader(str(run / "render_cartpole_balance__td3__seed0.mp4"))
@@ -112,6 +178,7 @@ def test_exported_policy_file_renders(gl, run_dir, tmp_path, capsys):
     """A file of scripts/export.py renders the episode its checkpoint renders;
     the video goes next to it by default."""
     from common.policy import export, load_policy
+
     path = tmp_path / "policy.npz"
     export(load_policy(str(run_dir), 1), str(path))
     args = ["--steps", "20", "--width", "32", "--height", "32", "--fast", "--seed", "3"]
@@ -120,7 +187,10 @@ def test_exported_policy_file_renders(gl, run_dir, tmp_path, capsys):
     assert (tmp_path / "render_cartpole_balance__td3__seed1.mp4").exists()
     render.main([str(run_dir), "--seed-index", "1", *args, "--out", str(tmp_path / "ckpt.mp4")])
     from_checkpoint = capsys.readouterr().out
-    returns = [re.findall(r"episode 0: return (-?[\d.]+) over 20 steps", p) for p in (from_file, from_checkpoint)]
+    returns = [
+        re.findall(r"episode 0: return (-?[\d.]+) over 20 steps", p)
+        for p in (from_file, from_checkpoint)
+    ]
     assert returns[0] == returns[1] and len(returns[0]) == 1
 
 
@@ -130,6 +200,7 @@ def test_task_targets_placed_as_the_agent_saw_them(gl, name, count):
     ends up in the rendered model exactly where the observation put it."""
     import mujoco
     from common import envs
+
     env = envs.make(name, "native", pool_size=count)
     # rendered episodes start from the held-out pool, so task_models replays its resets
     reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
@@ -160,10 +231,13 @@ def test_camera_choice():
     import warnings
     import mujoco
     from dm_control import suite
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        models = {d: suite.load(d, t).physics.model.ptr for d, t in
-                  (("cheetah", "run"), ("reacher", "easy"), ("fish", "swim"))}
+        models = {
+            d: suite.load(d, t).physics.model.ptr
+            for d, t in (("cheetah", "run"), ("reacher", "easy"), ("fish", "swim"))
+        }
     name = lambda m, i: mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_CAMERA, i)
     pick = render.pick_camera
     assert name(models["cheetah"], pick(models["cheetah"], None)) == "side"  # trackcom
@@ -198,8 +272,13 @@ def test_bad_input(gl, run_dir, tmp_path, capsys):
 
 def test_no_gl_says_what_to_install(tmp_path):
     env = dict(os.environ, MUJOCO_GL="no-such-gl", JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "render.py"),
-                          str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "render.py"), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     err = out.stderr.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
@@ -211,9 +290,28 @@ def test_render_a_trained_run(gl, tmp_path, capsys):
     """End to end: the CLI's own run directory of a short TD3 run renders."""
     import imageio.v2 as imageio
     from algos import td3
-    td3.main(["--env", "cartpole_balance", "--total-timesteps", "2000", "--learning-starts", "1000",
-              "--batch-size", "16", "--buffer-size", "2000", "--hidden-sizes", "16", "16",
-              "--eval-episodes", "1", "--log-dir", str(tmp_path)])
+
+    td3.main(
+        [
+            "--env",
+            "cartpole_balance",
+            "--total-timesteps",
+            "2000",
+            "--learning-starts",
+            "1000",
+            "--batch-size",
+            "16",
+            "--buffer-size",
+            "2000",
+            "--hidden-sizes",
+            "16",
+            "16",
+            "--eval-episodes",
+            "1",
+            "--log-dir",
+            str(tmp_path),
+        ]
+    )
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     out = render.main([str(run), "--width", "64", "--height", "48", "--fast"])
     assert len(imageio.mimread(out, memtest=False)) == 1000
