@@ -27,7 +27,7 @@ appends a copy under a short lock, and the last shard to arrive runs the
 log or checkpoint on the numpy arrays. So every callback returns after a
 bounded amount of host work whatever the other devices do. The same holds
 on GPUs, where the buffers are copied to the host before the call. A run
-that stops calling the host anyway is ended by common/agent.Watchdog.
+that stops calling the host anyway is ended by common/cli.Watchdog.
 
 `estimate_memory` / `check_fits` refuse, before anything compiles, a run
 whose states (replay buffers, env states, parameters, optimiser states, ...)

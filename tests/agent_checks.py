@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common import agent, checkpoint
+from common import agent, checkpoint, cli
 
 # --------------------------------------------------------------------- compiled runs
 
@@ -136,7 +136,7 @@ def learning_run(mod, config) -> np.ndarray:
     the budget, the last ones and the time taken (with compilation)."""
     t0 = time.time()
     train = mod.make_train(config)
-    keys = jnp.asarray(agent.seed_keys(config.seed, config.num_seeds))
+    keys = jnp.asarray(cli.seed_keys(config.seed, config.num_seeds))
     _, history = jax.jit(jax.vmap(train))(keys)
     returns = np.asarray(history["eval/episode_return"])
     returns = returns[:, np.isfinite(returns).all(0)]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from algos import ppo
-from common import agent, normalize
+from common import agent, cli, normalize
 from tests import agent_checks as checks
 
 # Every optional branch on (reward normalisation, value clipping, lr annealing),
@@ -246,7 +246,7 @@ def _learns(config):
     on both seeds (deterministic mean action, full 1000-step episodes) is
     learning."""
     train = ppo.make_train(config)
-    keys = jnp.asarray(agent.seed_keys(config.seed, config.num_seeds))
+    keys = jnp.asarray(cli.seed_keys(config.seed, config.num_seeds))
     _, history = jax.jit(jax.vmap(train))(keys)
     final = np.asarray(history["eval/episode_return"])[:, -1]
     print(f"ppo on {config.env}: {config.total_timesteps} steps, final eval {final}")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from algos import td3
-from common import agent, checkpoint, parallel, sweep
+from common import agent, checkpoint, cli, parallel, sweep
 from common.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,7 @@ def _run_dir(log_dir):
 def swept():
     """The 8 members in one vmapped program on one device, with recording hooks."""
     hps, combos = sweep.member_hparams(CONFIG, AXES, td3.AGENT.hparams, CONFIG.num_seeds)
-    keys = np.tile(agent.seed_keys(CONFIG.seed, 2), (4, 1))  # as the CLI: PRNGKey(seed + m)
+    keys = np.tile(cli.seed_keys(CONFIG.seed, 2), (4, 1))  # as the CLI: PRNGKey(seed + m)
     logged = []
 
     def log(lead, step, metrics, member):
