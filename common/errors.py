@@ -24,5 +24,12 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse for the scripts: a usage mistake is a UserError (one line,
     exit status 2 under `exit_on_user_error`), not argparse's usage block."""
 
+    @classmethod
+    def from_doc(cls, doc: str) -> "ArgumentParser":
+        """A script's parser: its docstring's first line as the description,
+        the rest (usage examples, notes) as the epilog."""
+        return cls(description=doc.split("\n")[0], epilog=doc.split("\n", 2)[2],
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
     def error(self, message):
         raise UserError(f"{message} (see {self.prog} --help)")

@@ -23,11 +23,7 @@ BACKENDS = ("native", "mjx", "auto")  # as common.envs.BACKENDS (not imported: i
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(
-        description=__doc__.split("\n")[0],
-        epilog=__doc__.split("\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = ArgumentParser.from_doc(__doc__)
     p.add_argument(
         "policy",
         metavar="FILE",

@@ -28,11 +28,7 @@ from common.errors import ArgumentParser, UserError, exit_on_user_error
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(
-        description=__doc__.split("\n")[0],
-        epilog=__doc__.split("\n", 2)[2],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = ArgumentParser.from_doc(__doc__)
     p.add_argument(
         "source",
         metavar="RUN_OR_CHECKPOINT",
