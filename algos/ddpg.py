@@ -306,7 +306,8 @@ def make_train(config: Config) -> agent.Train:
         return agent.evaluate(env, act, state, lambda o: o,
                               jax.random.fold_in(state.eval_key, chunk), config.eval_episodes)
 
-    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate))
+    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate),
+                       iteration=iteration, update=update)
 
 
 def make_act(config: Config, env: envs.Env):

@@ -12,7 +12,9 @@ default). Each update:
   r + discount * mean_j Q'(s', a'_j), a'_j ~ pi'(.|s') (target policy and
   target critic, `num_samples` actions, clipped to the action bounds); plain
   TD rather than the paper's Retrace.
-- E-step: N = `num_samples` actions a_ij ~ pi'(.|s_i) per state, weights
+- E-step: on the same states s_i = s' and the same N = `num_samples`
+  samples a_ij ~ pi'(.|s_i) as the TD target (as in Acme, so one sampled
+  critic evaluation serves both: it is most of the update's cost), weights
   q_ij = softmax_j(Q'(s_i, a_ij) / eta). The temperature eta is a learned dual
   variable minimising eta * epsilon + eta * mean_i log mean_j exp(Q'(s_i, a_ij) / eta),
   so that KL(q || pi') is about `epsilon`.
@@ -433,15 +435,18 @@ def make_train(config: Config) -> agent.Train:
     def update(state: TrainState, u):
         """One critic update, then policy and duals (E- and M-step), then targets."""
         hp = state.hp
-        key, k_sample, k_next, k_now = jax.random.split(state.key, 4)
+        key, k_sample, k_next = jax.random.split(state.key, 3)
         batch = replay.sample(state.replay, k_sample, config.batch_size, config.n_step, hp.gamma)
         obs = obs_in(state.obs_stats, batch.obs)
         next_obs = obs_in(state.obs_stats, batch.next_obs)
 
-        next_actions = distrax.Normal(*actor.apply(state.actor_target, next_obs)).sample(
-            seed=k_next, sample_shape=N)
-        target = td_target(batch.reward, batch.discount,
-                           sampled_q(state.critic_target, next_obs, next_actions))
+        # One set of N target-policy samples at the next states serves both the
+        # TD target and the E-step (as in Acme): the sampled critic is most of
+        # the update's cost.
+        target_mean, target_std = actor.apply(state.actor_target, next_obs)
+        actions = distrax.Normal(target_mean, target_std).sample(seed=k_next, sample_shape=N)
+        q_samples = sampled_q(state.critic_target, next_obs, actions)
+        target = td_target(batch.reward, batch.discount, q_samples)
 
         def critic_loss(params):
             q = critic.apply(params, obs, batch.action)
@@ -451,12 +456,8 @@ def make_train(config: Config) -> agent.Train:
         updates, critic_opt = critic_tx(hp).update(grads, state.critic_opt, state.critic_params)
         critic_params = optax.apply_updates(state.critic_params, updates)
 
-        target_mean, target_std = actor.apply(state.actor_target, obs)
-        actions = distrax.Normal(target_mean, target_std).sample(seed=k_now, sample_shape=N)
-        q_samples = sampled_q(state.critic_target, obs, actions)
-
         def loss(actor_params, duals):
-            mean, std = actor.apply(actor_params, obs)
+            mean, std = actor.apply(actor_params, next_obs)
             return policy_loss(mean, std, target_mean, target_std, actions, q_samples, duals, hp,
                                config.per_dim_constraining, config.action_penalization, batch.mask)
 
@@ -481,7 +482,8 @@ def make_train(config: Config) -> agent.Train:
         return agent.evaluate(env, act, state, lambda o: o,
                               jax.random.fold_in(state.eval_key, chunk), config.eval_episodes)
 
-    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate))
+    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate),
+                       iteration=iteration, update=update)
 
 
 def make_act(config: Config, env: envs.Env):

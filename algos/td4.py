@@ -210,17 +210,22 @@ def categorical_projection(reward, discount, probs, v_min, v_max):
     [v_min, v_max]; reward and discount are [...]. Each shifted atom is
     clipped to [v_min, v_max] and its mass split between the two nearest
     atoms in proportion to closeness (all of it to an atom it lands on), so
-    the result [..., K] keeps the total mass. Written as a dense [K, K]
-    triangle-kernel product, with no scatter; as a batched matmul (einsum),
-    because XLA:CPU ran the same multiply-and-sum as an elementwise fusion
-    about 20x slower, which made the whole update 8x slower."""
+    the result [..., K] keeps the total mass. Written as two scatter-adds of
+    K values per distribution (O(K)); the dense [K, K] triangle-kernel
+    product it replaces did the same in O(K^2) and cost a quarter of the
+    update at 101 atoms."""
     K = probs.shape[-1]
-    support = jnp.linspace(v_min, v_max, K)
     delta = (v_max - v_min) / (K - 1)
-    shifted = jnp.clip(reward[..., None] + discount[..., None] * support, v_min, v_max)
-    # weight[..., i, j]: share of shifted atom j that goes to support atom i
-    weight = jnp.clip(1 - jnp.abs(shifted[..., None, :] - support[:, None]) / delta, 0, 1)
-    return jnp.einsum('...ij,...j->...i', weight, probs)
+    shifted = jnp.clip(reward[..., None] + discount[..., None] * jnp.linspace(v_min, v_max, K),
+                       v_min, v_max)
+    position = (shifted - v_min) / delta                  # in [0, K - 1]
+    lower = jnp.clip(jnp.floor(position), 0, K - 2)
+    upper_share = (position - lower).reshape(-1)
+    rows = K * jnp.arange(upper_share.size // K)[:, None]
+    index = (rows + lower.reshape(-1, K).astype(jnp.int32)).reshape(-1)
+    mass = probs.reshape(-1)
+    out = jnp.zeros(mass.shape, probs.dtype).at[index].add(mass * (1 - upper_share))
+    return out.at[index + 1].add(mass * upper_share).reshape(probs.shape)
 
 
 def clipped_double_q(twin_probs, support):
@@ -366,7 +371,8 @@ def make_train(config: Config) -> agent.Train:
         return agent.evaluate(env, act, state, lambda o: o,
                               jax.random.fold_in(state.eval_key, chunk), config.eval_episodes)
 
-    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate))
+    return agent.Train(env, schedule, init, agent.make_runner(schedule, iteration, evaluate),
+                       iteration=iteration, update=update)
 
 
 def make_act(config: Config, env: envs.Env):

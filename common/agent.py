@@ -93,11 +93,18 @@ class Train:
       in the same program); `hooks` (Hooks of host functions: static, so
       close over them before jitting) receive logs and checkpoints; `member`,
       this member's global index, is passed on to them (parallel.Gather).
-      `history` holds one scalar per chunk and metric."""
+      `history` holds one scalar per chunk and metric.
+    - `iteration(state, i) -> (state, metrics)`: the loop body `run` scans,
+      one step of every env and the due updates (i: global iteration);
+    - `update(state, u) -> (state, metrics)`: one gradient update from the
+      replay (off-policy agents; u: global update index). scripts/benchmark.py
+      `train` times these two alone against the whole loop."""
     env: Any
     schedule: Schedule
     init: Callable[..., Any]
     run: Callable[..., Tuple[Any, Dict[str, jnp.ndarray]]]
+    iteration: Optional[Callable[..., Any]] = None
+    update: Optional[Callable[..., Any]] = None
 
     def __call__(self, key: jax.Array, hp=None):
         return self.run(self.init(key, hp))

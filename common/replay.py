@@ -158,3 +158,27 @@ def sample(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> 
     discount = jnp.where(terminal, 0.0, gamma ** m.astype(jnp.float32))
     mask = (jnp.where(cut, buf.final_row[slot, e] == last, True) & valid[:, 0]).astype(jnp.float32)
     return Batch(buf.obs[t, e], buf.action[t, e], ret, discount, next_obs, mask)
+
+
+def synthetic(buf: Replay, key: jax.Array, episode_length: int) -> Replay:
+    """`buf` filled to capacity with random rows (episodes truncated every
+    `episode_length` rows, none terminated, all valid): what a long run's
+    sampling reads, for timing an update alone (scripts/benchmark.py train)."""
+    C, E, D = buf.obs.shape
+    k_obs, k_act, k_rew, k_fin = jax.random.split(key, 4)
+    row = jnp.arange(C)[:, None] * jnp.ones((1, E), jnp.int32)
+    truncated = row % episode_length == episode_length - 1
+    F = buf.final_obs.shape[0]
+    slots = jnp.arange(F)
+    return buf._replace(
+        obs=jax.random.normal(k_obs, buf.obs.shape),
+        action=jax.random.uniform(k_act, buf.action.shape, minval=-1, maxval=1),
+        reward=jax.random.uniform(k_rew, buf.reward.shape),
+        terminated=jnp.zeros_like(buf.terminated), truncated=truncated,
+        valid=jnp.ones_like(buf.valid),
+        final_slot=(row // episode_length) % F,
+        final_obs=jax.random.normal(k_fin, buf.final_obs.shape),
+        final_row=jnp.where(slots < C // episode_length, slots * episode_length
+                            + episode_length - 1, -1)[:, None] * jnp.ones((1, E), jnp.int32),
+        final_count=jnp.full_like(buf.final_count, C // episode_length),
+        pos=jnp.zeros((), jnp.int32), size=jnp.full((), C, jnp.int32))

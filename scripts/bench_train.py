@@ -58,6 +58,56 @@ def agent_throughput(algo: str, env: str, num_envs: int, total_timesteps: int,
             "eval_return": float(np.mean(ret))}
 
 
+def _timed_call(fn, *args) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t0
+
+
+def loop_efficiency(algo: str, env: str, num_envs: int, updates_per_step: float,
+                    iters: int = 500, repeats: int = 3, **overrides) -> Dict[str, float]:
+    """One agent's loop against its own floor, in one process (compile
+    excluded, medians of `repeats` interleaved timings), through the agent
+    protocol (Train.iteration, Train.update), no agent code copied:
+    - acting: `iteration` scanned over warm-up iterations (uniform actions,
+      no update due; the policy is evaluated all the same), per env step;
+    - floor: `update` alone scanned over `iters` updates from a replay
+      buffer filled to capacity with synthetic rows, per update;
+    - loop: `iteration` scanned over `iters` learning iterations from that
+      same full buffer, per env step; efficiency = floor x updates per env
+      step / loop."""
+    from common import agent, replay
+    warm = iters * num_envs
+    mod, config = agent_config(algo, env, num_envs, 10 * warm + 10 ** 6, learning_starts=warm,
+                               updates_per_step=updates_per_step, **overrides)
+    train = mod.make_train(config)
+    state = jax.jit(train.init)(jax.random.PRNGKey(0))
+    full = jax.jit(lambda s, k: s._replace(replay=replay.synthetic(s.replay, k,
+                                                                  train.env.episode_length)))
+    state = full(state, jax.random.PRNGKey(1))
+    n_updates, period = agent.update_period(config)
+    scan = lambda f, start: jax.jit(lambda s: jax.lax.scan(f, s, start + jnp.arange(iters))[0])
+    fns = {"acting": scan(train.iteration, 0), "floor": scan(train.update, 0),
+           "loop": scan(train.iteration, iters)}
+    compiled, compile_s = {}, 0.0
+    for name, fn in fns.items():
+        t0 = time.perf_counter()
+        compiled[name] = fn.lower(state).compile()
+        compile_s += time.perf_counter() - t0
+        jax.block_until_ready(compiled[name](state))  # first call: allocation, pools
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in compiled.items():
+            times[name].append(_timed_call(fn, state))
+    med = {name: float(np.median(t)) for name, t in times.items()}
+    acting = med["acting"] / warm
+    floor = med["floor"] / iters * n_updates / (period * num_envs)  # per env step
+    loop = med["loop"] / warm
+    return {"ms_acting": 1e3 * acting, "ms_update": 1e3 * med["floor"] / iters,
+            "ms_floor": 1e3 * floor, "ms_loop": 1e3 * loop, "efficiency": floor / loop,
+            "ms_overhead": 1e3 * (loop - floor - acting), "compile_s": compile_s}
+
+
 def _dm_loop(env: str, seed: int):
     """A dm_control env stepped from Python, observations flattened."""
     from dm_control import suite
@@ -301,6 +351,56 @@ def train_mode(algos, tasks, steps_1env: int, steps_many: int, ppo_steps: int, b
                     ratio=r["sps"] / raw if backend == "native" else float("nan"),
                     wall=r["wall_s"])
     return rows
+
+
+EFFICIENCY_SETTINGS = {  # name: (num_envs, updates per env step)
+    "1 env, 1 update/step": (1, 1.0),
+    "16 envs, 1 update/iteration": (16, 1 / 16),
+}
+UPDATE_TARGETS = (("d4pg", "td3", 1.1), ("td4", "td3", 1.3), ("mpo", "sac", 2.0))
+EFFICIENCY_TARGET = 0.85
+
+
+def efficiency_mode(algos, tasks, iters: int = 300, repeats: int = 5, quick: bool = False) -> list:
+    """Rows of the loop-efficiency table: every off-policy agent, per task and
+    EFFICIENCY_SETTINGS, its acting cost, update floor and whole loop
+    (`loop_efficiency`), at the default sizes (batch 256, [256, 256])."""
+    rows = []
+    settings = list(EFFICIENCY_SETTINGS.items())[:1] if quick else EFFICIENCY_SETTINGS.items()
+    small = dict(batch_size=32, hidden_sizes=(32, 32), buffer_size=10_000) if quick else {}
+    for task in tasks:
+        for algo in algos:
+            if algo not in OFF_POLICY:
+                continue
+            for setting, (num_envs, ups) in settings:
+                r = loop_efficiency(algo, task, num_envs, ups, iters=iters, repeats=repeats,
+                                    **small)
+                rows.append(dict(task=task, agent=algo, setting=setting, **r))
+    return rows
+
+
+def print_efficiency_table(rows) -> None:
+    print("\nloop efficiency (compile excluded; medians of interleaved timings in one process): "
+          "acting = env step, policy and replay write per env step (warm-up iterations); "
+          "update = the agent's update alone, scanned over a replay buffer filled to capacity; "
+          "floor = update x updates per env step; loop = the whole iteration per env step; "
+          f"efficiency = floor / loop (target >= {EFFICIENCY_TARGET:.0%} at 1 env); "
+          "overhead = loop - floor - acting")
+    head = (f"{'task':<16} {'agent':<6} {'setting':<28} {'acting ms':>9} {'update ms':>9} "
+            f"{'floor ms':>8} {'loop ms':>8} {'efficiency':>10} {'overhead ms':>11}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['task']:<16} {r['agent']:<6} {r['setting']:<28} {r['ms_acting']:>9.3f} "
+              f"{r['ms_update']:>9.3f} {r['ms_floor']:>8.3f} {r['ms_loop']:>8.3f} "
+              f"{r['efficiency']:>10.1%} {r['ms_overhead']:>11.3f}")
+    for task in dict.fromkeys(r["task"] for r in rows):
+        one = {r["agent"]: r["ms_update"] for r in rows
+               if r["task"] == task and r["setting"] == next(iter(EFFICIENCY_SETTINGS))}
+        ratios = [f"{a}/{b} {one[a] / one[b]:.2f}x (target <= {t}x)"
+                  for a, b, t in UPDATE_TARGETS if a in one and b in one]
+        if ratios:
+            print(f"{task}: update cost ratios at 1 env: " + ", ".join(ratios))
 
 
 def print_train_table(rows) -> None:

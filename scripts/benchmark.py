@@ -231,7 +231,15 @@ and task, next to references measured in the same run:
   `mujoco.rollout` physics on the same batch (the machine's limit), and on
   mjx for cheetah_run.
 With --budget, a last row per agent trains for about that many seconds at
-1 env and reports the final evaluation return (10 episodes)."""
+1 env and reports the final evaluation return (10 episodes).
+
+Then the loop-efficiency table (scripts/bench_train.py: loop_efficiency), per
+off-policy agent and task, at 1 env with 1 update per env step and at 16
+envs with 1 update per iteration, through the agent protocol
+(Train.iteration, Train.update): the acting cost per env step, the agent's
+update alone (its floor, scanned over a replay buffer filled to capacity)
+and the whole loop from that same buffer; efficiency = floor / loop. Below
+it, the update-cost ratios D4PG/TD3, TD4/TD3 and MPO/SAC at 1 env."""
 
 LEARN_DOC = """`learn` mode: the final evaluation return (10 deterministic episodes) of
 every agent on cheetah_run, walker_walk and cartpole_swingup, 3 seeds vmapped
@@ -286,7 +294,7 @@ def scale_mode(args) -> int:
 FULL_PARTS = (  # name, arguments, arguments in quick mode, expected minutes (full, quick)
     ("envs", ["envs"], ["envs", "--quick"], 3, 0.5),
     ("train", ["train", "--steps-1env", "2000", "--steps-many", "25600"],
-     ["train", "--quick", "--algos", "td3", "ppo"], 16, 2),
+     ["train", "--quick", "--algos", "td3", "ppo"], 28, 2),
     ("scale", ["scale"], ["scale", "--quick"], 7, 1),
 )
 
@@ -440,6 +448,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     t.add_argument("--budget", type=float, default=0.0,
                    help="wall-clock seconds for a fixed-budget return row per agent at 1 env "
                         "(0: skip; the `learn` mode's table is the fixed-budget comparison)")
+    t.add_argument("--efficiency-iters", type=int, default=300,
+                   help="iterations per timed call of the loop-efficiency table (0: skip it)")
     t.add_argument("--quick", action="store_true",
                    help="smoke check: cartpole_balance, tiny nets, few steps")
     sc = modes.add_parser("scale", help="N seeds vmapped in one program vs N sequential runs",
@@ -519,6 +529,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = bench_train.train_mode(args.algos, args.tasks, args.steps_1env, args.steps_many,
                                       args.ppo_steps, args.budget, args.ppo_mjx_envs, args.quick)
         bench_train.print_train_table(rows)
+        if args.efficiency_iters > 0:
+            eff = bench_train.efficiency_mode(args.algos, args.tasks,
+                                              20 if args.quick else args.efficiency_iters,
+                                              2 if args.quick else 5, args.quick)
+            bench_train.print_efficiency_table(eff)
         return 0
 
     if args.mode == "envs":

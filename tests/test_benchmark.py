@@ -59,6 +59,13 @@ def test_full_quick_runs_every_part_and_writes_a_report(tmp_path):
     ratio = [f for f in td3[0].split() if f.endswith("x")]
     assert ratio and float(ratio[0][:-1]) > 0, td3
     assert any(" ppo " in ln for ln in rows), train
+    # the loop-efficiency table: td3's acting, update floor and loop, all measured
+    eff = [ln.split() for ln in train.split("loop efficiency")[1].splitlines()
+           if ln.startswith("cartpole_balance") and " td3 " in ln]
+    assert len(eff) == 1, train
+    acting, update, floor, loop, efficiency = eff[0][-6:-1]
+    assert min(float(acting), float(update), float(loop)) > 0 and float(floor) == float(update)
+    assert 0 < float(efficiency.rstrip("%")) < 200, eff
     report = open(os.path.join(out, "results.md")).read()
     for title in ("Environment throughput", "Training throughput", "Seeds in one program",
                   "Learning"):
