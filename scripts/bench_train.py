@@ -58,12 +58,6 @@ def agent_throughput(algo: str, env: str, num_envs: int, total_timesteps: int,
             "eval_return": float(np.mean(ret))}
 
 
-def _timed_call(fn, *args) -> float:
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - t0
-
-
 def loop_efficiency(algo: str, env: str, num_envs: int, updates_per_step: float,
                     iters: int = 500, repeats: int = 3, **overrides) -> Dict[str, float]:
     """One agent's loop against its own floor, in one process (compile
@@ -86,7 +80,11 @@ def loop_efficiency(algo: str, env: str, num_envs: int, updates_per_step: float,
                                                                   train.env.episode_length)))
     state = full(state, jax.random.PRNGKey(1))
     n_updates, period = agent.update_period(config)
-    scan = lambda f, start: jax.jit(lambda s: jax.lax.scan(f, s, start + jnp.arange(iters))[0])
+    # The state is donated and threaded from call to call: without donation
+    # every call would first copy the replay buffer (hundreds of MB), which
+    # would be timed with it.
+    scan = lambda f, start: jax.jit(lambda s: jax.lax.scan(f, s, start + jnp.arange(iters))[0],
+                                    donate_argnums=0)
     fns = {"acting": scan(train.iteration, 0), "floor": scan(train.update, 0),
            "loop": scan(train.iteration, iters)}
     compiled, compile_s = {}, 0.0
@@ -94,11 +92,13 @@ def loop_efficiency(algo: str, env: str, num_envs: int, updates_per_step: float,
         t0 = time.perf_counter()
         compiled[name] = fn.lower(state).compile()
         compile_s += time.perf_counter() - t0
-        jax.block_until_ready(compiled[name](state))  # first call: allocation, pools
+        state = jax.block_until_ready(compiled[name](state))  # first call: allocation, pools
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in compiled.items():
-            times[name].append(_timed_call(fn, state))
+            t0 = time.perf_counter()
+            state = jax.block_until_ready(fn(state))
+            times[name].append(time.perf_counter() - t0)
     med = {name: float(np.median(t)) for name, t in times.items()}
     acting = med["acting"] / warm
     floor = med["floor"] / iters * n_updates / (period * num_envs)  # per env step

@@ -126,3 +126,17 @@ def test_ready_from_the_iteration_equals_can_sample_on_the_buffer():
         buf = replay.add(buf, jnp.full((2, 1), float(i)), jnp.zeros((2, 1)), z, z.astype(bool),
                          z.astype(bool), jnp.zeros((2, 1)), jnp.ones(2, bool))
         assert bool(replay.ready(i, n)) == bool(replay.can_sample(buf, n)), i
+
+
+def test_synthetic_buffer_is_full_and_every_window_counts():
+    """replay.synthetic (the benchmark's full buffer): size at capacity, and
+    every sampled window, also those cut at its truncations, has mask 1 and
+    a discount of gamma^m (no termination)."""
+    buf = replay.synthetic(replay.init(500, 2, 3, 1, replay.final_slots(500, 50)),
+                           jax.random.PRNGKey(0), 50)
+    assert int(buf.size) == 500
+    b = replay.sample(buf, jax.random.PRNGKey(1), 4096, 3, 0.9)
+    np.testing.assert_array_equal(np.asarray(b.mask), 1.0)
+    d = np.asarray(b.discount)
+    assert np.isclose(d[:, None], [0.9, 0.81, 0.729], atol=1e-6).any(1).all()
+    assert (np.asarray(b.discount) > 0.729 + 1e-5).any()  # windows cut at a truncation
