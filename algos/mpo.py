@@ -162,15 +162,19 @@ MIN_DUAL_PARAM = -18.0  # dual parameters are projected to >= this (softplus(-18
 
 
 class Actor(nn.Module):
-    """Diagonal Gaussian: mean and std (softplus, about INIT_STD at init)."""
+    """Diagonal Gaussian: mean and std (softplus, about INIT_STD at init).
+    The torso is Acme's LayerNormMLP (first layer layer-normalised and
+    squashed by tanh, then elu): with a plain ReLU torso, unnormalised
+    velocities of tens drove the std head of some states to MIN_STD, where
+    the KL to the target policy reached 1e7 and swamped the M-step."""
     hidden_sizes: Tuple[int, ...]
     action_size: int
 
     @nn.compact
     def __call__(self, obs):
-        x = obs
-        for h in self.hidden_sizes:
-            x = nn.relu(nn.Dense(h)(x))
+        x = jnp.tanh(nn.LayerNorm()(nn.Dense(self.hidden_sizes[0])(obs)))
+        for h in self.hidden_sizes[1:]:
+            x = nn.elu(nn.Dense(h)(x))
         mean = nn.Dense(self.action_size)(x)
         std = nn.softplus(nn.Dense(self.action_size)(x)) * (INIT_STD / jnp.log(2.0)) + MIN_STD
         return mean, std

@@ -198,7 +198,7 @@ def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False,
     free, lock = list(cores[-jobs:]) if jobs > 1 else [None], threading.Lock()
     print(f"standard: {len(todo)} off-policy run(s) to do, {jobs} at a time", flush=True)
 
-    def work(item, steps=steps, kind="run"):
+    def work(item, steps=steps, kind="run", every=eval_every):
         task, algo = item
         with lock:
             core = free.pop()
@@ -206,7 +206,7 @@ def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False,
             calibration_dir = os.path.join(log_dir, "calibration")
             r = one_run(algo, task, steps, out if kind == "run" else calibration_dir,
                         log_dir if kind == "run" else calibration_dir,
-                        eval_every if kind == "run" else steps // 4, extra(algo), core,
+                        every if kind == "run" else steps // 4, extra(algo), core,
                         shared=jobs > 1)
         finally:
             with lock:
@@ -215,32 +215,32 @@ def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False,
               f"final {np.mean([s[-1] for s in r['eval_returns']]):7.1f}", flush=True)
         return r
 
+    def ppo(task):
+        """Calibrate PPO's rate on `task` (under the same load as the
+        off-policy runs: `jobs` runs at a time), then its equal-wall-clock run."""
+        cal_dir = os.path.join(log_dir, "calibration")
+        os.makedirs(cal_dir, exist_ok=True)
+        cal_path = result_path(cal_dir, task, "ppo")
+        cal = json.load(open(cal_path)) if os.path.exists(cal_path) else \
+            work((task, "ppo"), calibration, "cal")
+        rate = cal["sps_per_seed"]
+        startup = max(0.0, cal["wall_s"] - cal["steps"] / rate)
+        budget = ppo_budget(load_results(out), task, rate, rollout,
+                            [a for a in algos if a != "ppo"], startup)
+        if budget is None:
+            print(f"  {task}: PPO waits for every off-policy run of the task", flush=True)
+            return
+        print(f"  {task}: PPO at {rate:.0f} env steps/s per seed, {startup:.0f} s start-up "
+              f"-> {budget} steps", flush=True)
+        work((task, "ppo"), budget, "run", max(rollout, budget // 10 // rollout * rollout))
+
     with ThreadPoolExecutor(jobs) as pool:
         for f in [pool.submit(work, item) for item in todo]:
             f.result()
     if "ppo" in algos:
-        rows = load_results(out)
-        cal_dir = os.path.join(log_dir, "calibration")
-        os.makedirs(cal_dir, exist_ok=True)
-        for task in tasks:
-            if done(task, "ppo"):
-                continue
-            cal_path = result_path(cal_dir, task, "ppo")
-            cal = json.load(open(cal_path)) if os.path.exists(cal_path) else \
-                work((task, "ppo"), calibration, "cal")
-            rate = cal["sps_per_seed"]
-            startup = max(0.0, cal["wall_s"] - cal["steps"] / rate)
-            budget = ppo_budget(rows, task, rate, rollout, [a for a in algos if a != "ppo"],
-                                startup)
-            if budget is None:
-                print(f"  {task}: PPO waits for every off-policy run of the task", flush=True)
-                continue
-            print(f"  {task}: PPO at {rate:.0f} env steps/s per seed, {startup:.0f} s start-up "
-                  f"-> {budget} steps", flush=True)
-            ppo_eval = max(rollout, budget // 10 // rollout * rollout)
-            with lock:
-                core = free[-1]
-            one_run("ppo", task, budget, out, log_dir, ppo_eval, extra("ppo"), core, shared=False)
+        with ThreadPoolExecutor(jobs) as pool:
+            for f in [pool.submit(ppo, t) for t in tasks if not done(t, "ppo")]:
+                f.result()
     rows = load_results(out)
     write_report(rows, out)
     return rows
