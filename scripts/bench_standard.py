@@ -296,11 +296,11 @@ def figure(rows: List[Dict], path: str) -> str:
             for k, (ret, sec) in enumerate(zip(r["eval_returns"], r["eval_seconds"])):
                 label = r["algo"] if k == 0 else None
                 color = colors.get(r["algo"])
-                row[0].plot(np.asarray(r["eval_steps"]) / 1000, ret, color=color, label=label,
-                            alpha=0.8, lw=1.2)
+                row[0].plot(r["eval_steps"], ret, color=color, label=label, alpha=0.8, lw=1.2)
                 row[1].plot(np.asarray(sec) / 60, ret, color=color, label=label, alpha=0.8, lw=1.2)
+        # Log scale: PPO's millions of steps beside the off-policy agents' 100k.
         row[0].set(title=f"{task}: eval return vs env steps (one line per seed)",
-                   xlabel="env steps (k)", ylabel="eval return")
+                   xlabel="env steps (log scale)", ylabel="eval return", xscale="log")
         row[1].set(title=f"{task}: vs wall-clock since the first log", xlabel="minutes",
                    ylabel="eval return")
         for ax in row:
