@@ -131,9 +131,10 @@ def check_mjx_smoke(mod, config) -> None:
     assert np.asarray(states.replay.size).tolist() == [400, 400]
 
 
-def learning_run(mod, config) -> np.ndarray:
+def learning_run(mod, config, with_history: bool = False):
     """Evaluation returns [seed, evaluation] of a whole run, in order; prints
-    the budget, the last ones and the time taken (with compilation)."""
+    the budget, the last ones and the time taken (with compilation). With
+    `with_history`, also the run's whole metric history (numpy, [seed, log])."""
     t0 = time.time()
     train = mod.make_train(config)
     keys = jnp.asarray(cli.seed_keys(config.seed, config.num_seeds))
@@ -142,6 +143,8 @@ def learning_run(mod, config) -> np.ndarray:
     returns = returns[:, np.isfinite(returns).all(0)]
     print(f"{mod.__name__} on {config.env}: {config.total_timesteps} steps, last evaluations "
           f"{returns[:, -5:].round(1).tolist()}, {time.time() - t0:.0f}s with compilation")
+    if with_history:
+        return returns, {k: np.asarray(v) for k, v in history.items()}
     return returns
 
 
