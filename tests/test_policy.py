@@ -335,8 +335,13 @@ def test_evaluate_prints_mean_and_interval(trained, capsys):
 
 
 def test_release_files_reproduce_their_check():
-    """Every shipped policy still loads and replays its recorded check episode."""
-    for path in sorted(glob.glob(os.path.join(ROOT, "release", "*.npz"))):
+    """Every shipped policy still loads and replays its recorded check episode,
+    and the release holds every agent on both standard tasks."""
+    paths = sorted(glob.glob(os.path.join(ROOT, "release", "*.npz")))
+    algos = ("ddpg", "td3", "d4pg", "td4", "sac", "mpo", "ppo")
+    expected = {f"{t}__{a}.npz" for t in ("walker_walk", "cheetah_run") for a in algos}
+    assert {os.path.basename(p) for p in paths} == expected
+    for path in paths:
         policy = load_policy(path)
         assert policy.kind == "exported" and policy.check is not None, path
         assert check_return(policy) == pytest.approx(policy.check["return"], rel=1e-5), path
