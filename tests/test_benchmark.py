@@ -102,3 +102,24 @@ def test_non_positive_jobs_is_one_line_and_status_2(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert "--jobs must be positive" in r.stderr
     assert not os.path.exists(tmp_path / "b")
+
+
+def test_profile_loop_varies_every_off_policy_agent_and_refuses_others():
+    """scripts/profile_loop.py edits each agent's iteration in memory: every
+    off-policy file must still hold the two lines it varies, and PPO (no
+    replay loop) or a typo gets one line and exit status 2."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import profile_loop
+    for algo in profile_loop.OFF_POLICY:
+        src = open(os.path.join(ROOT, "algos", f"{algo}.py")).read()
+        changed = {name for name, code in profile_loop.variants(src).items() if code != src}
+        assert changed == {"no cond", "no metrics", "no cond, no metrics"}, algo
+    for args, message in [(["ppo", "cheetah_run"], "off-policy agents"),
+                          (["td5", "cheetah_run"], "off-policy agents"),
+                          (["sac", "cheetah_run", "--iters", "0"], "must be positive"),
+                          (["sac", "cheetah_walk"], "cheetah_walk")]:
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "profile_loop.py"),
+                            *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and message in lines[-1], (args, r.stderr[-800:])
+        assert lines[-1].startswith("error:") and "Traceback" not in r.stderr, args

@@ -1,0 +1,116 @@
+"""Where an off-policy agent's loop spends time beyond its update floor.
+
+    python scripts/profile_loop.py sac cheetah_run [--iters 300 --repeats 7]
+
+Two checks, at 1 env and 1 update per env step from a replay buffer filled
+to capacity (the setup of `benchmark.py train`'s loop efficiency):
+1. XLA's optimised HLO of the scanned loop: every op whose result is at
+   least as large as a replay column, by kind. In-place writes show up as
+   dynamic-update-slice fusions; a `copy` of that size would be a buffer
+   copied through the scan or the learning `cond`.
+2. Interleaved timings (medians) of the loop as written and of variants
+   with the learning `cond` removed (update every iteration) and with the
+   per-step metrics dropped: what that plumbing costs.
+The variants are made by editing the agent's source text in memory; the
+file on disk is not touched.
+"""
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import re
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
+import bench_train  # noqa: E402
+from common import replay  # noqa: E402
+from common.errors import ArgumentParser, UserError, exit_on_user_error  # noqa: E402
+
+OFF_POLICY = ("ddpg", "td3", "d4pg", "td4", "sac", "mpo")
+COND = "state, metrics = jax.lax.cond(due, learn, agent.skipped(learn), state)"
+METRICS = "return state, {**metrics, **agent.episode_metrics(next_state)}"
+
+
+def variants(src: str):
+    no_cond = src.replace(COND, "state, metrics = learn(state)")
+    return {"as written": src, "no cond": no_cond,
+            "no metrics": src.replace(METRICS, "return state, {}"),
+            "no cond, no metrics": no_cond.replace(METRICS, "return state, {}")}
+
+
+def compiled_loop(algo: str, env: str, src: str, iters: int, tag: int):
+    name = f"_profiled_{algo}_{tag}"  # registered: dataclasses look their module up
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None))
+    sys.modules[name] = mod
+    mod.__file__ = os.path.join(ROOT, "algos", f"{algo}.py")
+    exec(compile(src, mod.__file__, "exec"), mod.__dict__)
+    base = bench_train.agent_config(algo, env, 1, 10 * iters + 10 ** 6, learning_starts=iters,
+                                    updates_per_step=1.0)[1]
+    config = mod.Config(**{k: getattr(base, k) for k in base.__dataclass_fields__})
+    train = mod.make_train(config)
+    state = jax.jit(train.init)(jax.random.PRNGKey(0))
+    fill = jax.jit(lambda s, k: s._replace(
+        replay=replay.synthetic(s.replay, k, train.env.episode_length)))
+    state = fill(state, jax.random.PRNGKey(1))
+    fn = jax.jit(lambda s: jax.lax.scan(train.iteration, s, iters + jnp.arange(iters))[0],
+                 donate_argnums=0).lower(state).compile()
+    return fn, jax.block_until_ready(fn(state)), config.buffer_size
+
+
+def big_ops(hlo: str, rows: int):
+    """(op kind, dtype, shape) -> count, for results with >= `rows` elements."""
+    found = collections.Counter()
+    for m in re.finditer(r"= (\w+)\[([\d,]*)\]\S* (copy|fusion|dynamic-update-slice)\(", hlo):
+        n = int(np.prod([int(d) for d in m.group(2).split(",") if d]))
+        if n >= rows:
+            found[(m.group(3), m.group(1), m.group(2))] += 1
+    return found
+
+
+def main(algo: str, env: str, iters: int = 300, repeats: int = 7):
+    if algo not in OFF_POLICY:
+        raise UserError(f"{algo!r} is not one of the off-policy agents {', '.join(OFF_POLICY)}")
+    src = open(os.path.join(ROOT, "algos", f"{algo}.py")).read()
+    runs = {}
+    for tag, (name, code) in enumerate(variants(src).items()):
+        if name != "as written" and code == src:
+            raise UserError(f"{algo}.py has no `{COND}` or `{METRICS}` line to vary")
+        fn, state, rows = compiled_loop(algo, env, code, iters, tag)
+        runs[name] = [fn, state]
+        if name == "as written":
+            print(f"{algo} {env}: ops of replay-column size or more ({rows} rows) in the loop:")
+            for (kind, dtype, shape), n in sorted(big_ops(fn.as_text(), rows).items()):
+                print(f"  {n} x {kind} {dtype}[{shape}]")
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            run[1] = jax.block_until_ready(run[0](run[1]))
+            times[name].append(time.perf_counter() - t0)
+    for name, t in times.items():
+        print(f"  {name:20s} {1e3 * np.median(t) / iters:.3f} ms per env step "
+              f"(range {1e3 * min(t) / iters:.3f}-{1e3 * max(t) / iters:.3f})")
+
+
+@exit_on_user_error
+def cli():
+    parser = ArgumentParser.from_doc(__doc__)
+    parser.add_argument("algo", help="an off-policy agent: " + ", ".join(OFF_POLICY))
+    parser.add_argument("task", help="a task, e.g. cheetah_run")
+    parser.add_argument("--iters", type=int, default=300, help="loop iterations per timing")
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved timings per variant")
+    args = parser.parse_args()
+    if args.iters < 1 or args.repeats < 1:
+        raise UserError("--iters and --repeats must be positive")
+    main(args.algo, args.task, args.iters, args.repeats)
+
+
+if __name__ == "__main__":
+    cli()
