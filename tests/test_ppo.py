@@ -163,7 +163,8 @@ def test_smoke_mjx_two_seeds():
                               eval_episodes=1, eval_every=0, checkpoint_every=0)
     train = ppo.make_train(cfg)
     assert train.env.backend == "mjx"
-    states, history = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(3), 2))
+    run = jax.jit(jax.vmap(train), compiler_options=checks.MJX_COMPILE)
+    states, history = run(jax.random.split(jax.random.PRNGKey(3), 2))
     for name in LOSSES + ("eval/episode_return",):
         assert np.isfinite(np.asarray(history[name])[:, -1]).all(), name
 

@@ -84,14 +84,19 @@ def test_cli_run_then_resume_and_refuse_corrupt(tmp_path):
 
 # --------------------------------------------------------------------- learning
 
+LEARN = td3.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=2,
+                   eval_every=2000, eval_episodes=4, checkpoint_every=0, total_timesteps=40000,
+                   learning_starts=1000, buffer_size=40000, batch_size=128, hidden_sizes=(64, 64),
+                   n_step=3, critic_layer_norm=True, actor_lr=1e-3, critic_lr=1e-3, tau=0.01)
+
+
 def test_learns_cartpole_balance():
     """Zero action scores 714 here and random actions 325-413; >= 950 needs a
-    policy that balances. One seed, deterministic on CPU."""
-    cfg = td3.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=1,
-                     total_timesteps=40_000, learning_starts=1000, hidden_sizes=(64, 64), n_step=3,
-                     critic_layer_norm=True, actor_lr=1e-3, critic_lr=1e-3, updates_per_step=2,
-                     eval_every=5000, eval_episodes=5, checkpoint_every=0)
-    train = td3.make_train(cfg)
-    _, history = jax.jit(jax.vmap(train))(jax.random.split(jax.random.PRNGKey(1), 1))
-    evals = np.asarray(history["eval/episode_return"])[0]
-    assert evals[-1] >= 950, evals
+    policy that balances. Criterion: median of the last three evaluations
+    (36k, 38k, 40k steps). DDPG's budget plus 10k steps (the delayed actor
+    learns later). Measured 2026-12-04 for seeds 1-4 (as `--seed 1
+    --num-seeds 4`): medians 987, 996, 996, 934 (seed 4 still swings between
+    840 and 963); at 30k steps seed 2 was still at 724-885. The test trains
+    seeds 1 and 2."""
+    returns = checks.learning_run(td3, LEARN)
+    assert (np.median(returns[:, -3:], 1) >= 950).all(), returns[:, -3:]
