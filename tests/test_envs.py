@@ -291,6 +291,25 @@ def test_split_observation_stage_is_bit_identical():
     assert fast._batch(n, "stage") is not None
 
 
+
+def test_thread_count_does_not_change_the_bits():
+    """The pool steps each env on one of `nthread` threads (one per core by
+    default; the test workers are pinned to one core, so ask for 3 here)."""
+    env = envs.make("humanoid_walk", "native", pool_size=16)
+    fields = env.native.fields
+    one, many = (native_mod.NativePhysics(env.model, env.n_sub_steps, fields, k) for k in (1, 3))
+    n = 24
+    bits = np.asarray(jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(5), n))
+                      .physics)
+    rng = np.random.default_rng(1)
+    for t in range(25):
+        a = rng.uniform(-1, 1, (n, env.action_size)).astype(np.float32)
+        out, expected = many.host_step(bits, a), one.host_step(bits, a)
+        for x, y in zip(out, expected):
+            np.testing.assert_array_equal(x, y, err_msg=f"step {t}")
+        bits = out[0]
+    assert many.nthread == 3 and one.nthread == 1
+
 # --- diverging simulations --------------------------------------------------------------
 
 @pytest.mark.parametrize("bad", [1e30, np.nan])
