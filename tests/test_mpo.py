@@ -293,7 +293,7 @@ def test_bad_input_one_line_exit_2_no_run_dir(args, message, tmp_path, capsys):
 # One update per env step (2026-12-04; two before, at twice the cost): seed 1's
 # final evaluation 987; with evaluations every 2k steps seeds 1-4 ended at 978,
 # 999, 988, 983 and stayed >= 966 over the last six, but one (890 at 26k). At
-# two updates per step this seed was at 790 (20k), 958-997 from 22k to 30k.
+# two updates per step this seed was at 790 (20k), 928-997 from 22k to 30k.
 LEARN = mpo.Config(env="cartpole_balance", backend="native", num_envs=1, num_seeds=1,
                    total_timesteps=30_000, learning_starts=1000, batch_size=128, buffer_size=40_000,
                    hidden_sizes=(64, 64), n_step=3, critic_layer_norm=True, actor_lr=3e-4,
