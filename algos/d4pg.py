@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import agent, cli, envs, normalize, replay
+from common import agent, cli, envs, networks, normalize, replay
 from common.errors import UserError, exit_on_user_error
 
 
@@ -81,22 +81,49 @@ class Config:
     """actor learning rate (Adam)"""
     critic_lr: float = 3e-4
     """critic learning rate (Adam)"""
+    max_grad_norm: float = 0.0
+    """clip the global norm of each actor and critic gradient to this (0: off)"""
     exploration_noise: float = 0.1
     """std of the Gaussian exploration noise, in units of half the action range"""
+    exploration_noise_final: float = 0.1
+    """exploration std after --exploration-decay-steps (same units)"""
+    exploration_decay_steps: int = 0
+    """env steps over which the exploration std moves linearly from --exploration-noise to
+    --exploration-noise-final (0: --exploration-noise throughout)"""
     n_step: int = 5
     """n-step returns (windows stop at episode ends)"""
     hidden_sizes: Tuple[int, ...] = (256, 256)
     """hidden layer widths of actor and critic"""
     critic_layer_norm: bool = False
     """layer norm after each hidden layer of the critic"""
+    critic_torso: str = "mlp"
+    """critic hidden layers: mlp (hidden_sizes, --critic-layer-norm) or simba (residual
+    pre-LayerNorm blocks, common/networks.py)"""
+    simba_width: int = 256
+    """width of the simba critic torso"""
+    simba_blocks: int = 1
+    """residual blocks of the simba critic torso"""
     normalize_obs: bool = False
     """normalise observations with running mean/std"""
+    obs_clip: float = 10.0
+    """normalised observations are clipped to +-obs_clip"""
     num_atoms: int = 101
     """atoms of the categorical critic's support"""
     v_min: float = 0.0
     """lowest return on the critic's support"""
     v_max: float = 100.0
     """highest return on the critic's support"""
+
+
+# The humanoid recipe (humanoid_stand, _walk, _run): these values replace the
+# defaults above on those tasks, any flag given still wins, and a run prints
+# the ones it uses. Found by one-core probes (docs/results/humanoid/probes.md):
+# hundreds of envs with one update per 16 env steps use one core's time on
+# physics and learning in a ratio that learns fastest per hour.
+TASK_DEFAULTS = {"humanoid": dict(
+    num_envs=256, updates_per_step=0.0625, total_timesteps=10_000_000, eval_every=500_000,
+    checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
+    exploration_noise=0.2,)}
 
 
 def validate(config: Config) -> None:
@@ -125,18 +152,12 @@ class Actor(nn.Module):
 
 class Critic(nn.Module):
     """Logits of the return distribution over the support: [..., num_atoms]."""
-    hidden_sizes: Tuple[int, ...]
-    layer_norm: bool
+    torso: networks.Torso  # hidden layers: MLP or SimBa (common/networks.py)
     num_atoms: int
 
     @nn.compact
     def __call__(self, obs, action):
-        x = jnp.concatenate([obs, action], -1)
-        for h in self.hidden_sizes:
-            x = nn.Dense(h)(x)
-            if self.layer_norm:
-                x = nn.LayerNorm()(x)
-            x = nn.relu(x)
+        x = self.torso(jnp.concatenate([obs, action], -1))
         return nn.Dense(self.num_atoms)(x)
 
 
@@ -148,7 +169,9 @@ class HParams(NamedTuple):
     tau: jnp.ndarray
     actor_lr: jnp.ndarray
     critic_lr: jnp.ndarray
+    max_grad_norm: jnp.ndarray
     exploration_noise: jnp.ndarray
+    exploration_noise_final: jnp.ndarray
     v_min: jnp.ndarray
     v_max: jnp.ndarray
 
@@ -225,11 +248,12 @@ def make_train(config: Config) -> agent.Train:
     E, A = config.num_envs, env.action_size
 
     actor = Actor(config.hidden_sizes, A)
-    critic = Critic(config.hidden_sizes, config.critic_layer_norm, config.num_atoms)
-    actor_tx = lambda hp: agent.adam(hp.actor_lr)  # learning rates are traced (swept)
-    critic_tx = lambda hp: agent.adam(hp.critic_lr)
+    critic = Critic(networks.critic_torso(config), config.num_atoms)
+    actor_tx = lambda hp: agent.adam(hp.actor_lr, hp.max_grad_norm)  # traced (swept)
+    critic_tx = lambda hp: agent.adam(hp.critic_lr, hp.max_grad_norm)
     box = agent.action_box(env)  # actor's tanh output [-1, 1] -> env units
-    obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
+    obs_in = lambda stats, obs: (normalize.normalize(stats, obs, config.obs_clip)
+                                 if config.normalize_obs else obs)
 
     def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
@@ -249,12 +273,13 @@ def make_train(config: Config) -> agent.Train:
     def iteration(state: TrainState, i):
         """Every env takes one step; then the due gradient updates."""
         hp = state.hp
+        sigma = agent.noise_schedule(hp, config.exploration_decay_steps, i * E)  # exploration std
         key, k_noise, k_random = jax.random.split(state.key, 3)
         env_state = state.env_state
         obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
             else state.obs_stats
         policy = box.to_env(actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs)))
-        noise = jax.random.normal(k_noise, policy.shape) * hp.exploration_noise * box.scale
+        noise = jax.random.normal(k_noise, policy.shape) * sigma * box.scale
         explore = box.clip(policy + noise)
         random = box.uniform(k_random, policy.shape)
         warmup = i * E < config.learning_starts
@@ -337,7 +362,7 @@ def make_act(config: Config, env: envs.Env):
 
     def act(state, obs, key, deterministic=True):
         if config.normalize_obs:
-            obs = normalize.normalize(state.obs_stats, obs)
+            obs = normalize.normalize(state.obs_stats, obs, config.obs_clip)
         action = box.to_env(actor.apply(state.actor_params, obs))
         if deterministic:
             return action
@@ -350,7 +375,8 @@ def make_act(config: Config, env: envs.Env):
 # ----------------------------------------------------------------------------- Main
 
 AGENT = agent.Agent(name="d4pg", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
-                    make_train=make_train, make_act=make_act)
+                    make_train=make_train, make_act=make_act,
+                    task_defaults=TASK_DEFAULTS)
 
 
 @exit_on_user_error

@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import agent, cli, envs, normalize, replay
+from common import agent, cli, envs, networks, normalize, replay
 from common.errors import exit_on_user_error
 
 
@@ -135,22 +135,42 @@ class Config:
     epsilon_penalty: float = 1e-3
     """E-step KL bound of the action-penalization weights"""
     max_grad_norm: float = 40.0
-    """global gradient-norm clipping of the actor and critic updates (as in Acme)"""
+    """global gradient-norm clipping of the actor and critic updates (as in Acme; 0: off)"""
     n_step: int = 1
     """n-step returns (windows stop at episode ends)"""
     hidden_sizes: Tuple[int, ...] = (256, 256)
     """hidden layer widths of actor and critic"""
     critic_layer_norm: bool = False
     """layer norm after each hidden layer of the critic"""
+    critic_torso: str = "mlp"
+    """critic hidden layers: mlp (hidden_sizes, --critic-layer-norm) or simba (residual
+    pre-LayerNorm blocks, common/networks.py)"""
+    simba_width: int = 256
+    """width of the simba critic torso"""
+    simba_blocks: int = 1
+    """residual blocks of the simba critic torso"""
     normalize_obs: bool = False
     """normalise observations with running mean/std"""
+    obs_clip: float = 10.0
+    """normalised observations are clipped to +-obs_clip"""
+
+
+# The humanoid recipe (humanoid_stand, _walk, _run): these values replace the
+# defaults above on those tasks, any flag given still wins, and a run prints
+# the ones it uses. Found by one-core probes (docs/results/humanoid/probes.md):
+# hundreds of envs with one update per 16 env steps use one core's time on
+# physics and learning in a ratio that learns fastest per hour.
+TASK_DEFAULTS = {"humanoid": dict(
+    num_envs=256, updates_per_step=0.0625, total_timesteps=10_000_000, eval_every=500_000,
+    checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
+    n_step=5,)}
 
 
 def validate(config: Config) -> None:
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
                          "buffer_size", "batch_size", "n_step", "updates_per_step", "num_samples",
                          "epsilon", "epsilon_mean", "epsilon_stddev", "epsilon_penalty",
-                         "max_grad_norm", "init_temperature",
+                         "init_temperature",
                          "init_alpha_mean", "init_alpha_stddev")
     agent.check_off_policy(config)
 
@@ -181,17 +201,11 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
-    hidden_sizes: Tuple[int, ...]
-    layer_norm: bool
+    torso: networks.Torso  # hidden layers: MLP or SimBa (common/networks.py)
 
     @nn.compact
     def __call__(self, obs, action):
-        x = jnp.concatenate([obs, action], -1)
-        for h in self.hidden_sizes:
-            x = nn.Dense(h)(x)
-            if self.layer_norm:
-                x = nn.LayerNorm()(x)
-            x = nn.relu(x)
+        x = self.torso(jnp.concatenate([obs, action], -1))
         return nn.Dense(1)(x).squeeze(-1)
 
 
@@ -379,14 +393,14 @@ def make_train(config: Config) -> agent.Train:
     E, A, N = config.num_envs, env.action_size, config.num_samples
 
     actor = Actor(config.hidden_sizes, A)
-    critic = Critic(config.hidden_sizes, config.critic_layer_norm)
-    clipped = lambda hp: optax.clip_by_global_norm(hp.max_grad_norm)  # learning rates are traced
-    actor_tx = lambda hp: optax.chain(clipped(hp), agent.adam(hp.actor_lr))
-    critic_tx = lambda hp: optax.chain(clipped(hp), agent.adam(hp.critic_lr))
+    critic = Critic(networks.critic_torso(config))
+    actor_tx = lambda hp: agent.adam(hp.actor_lr, hp.max_grad_norm)  # traced (swept)
+    critic_tx = lambda hp: agent.adam(hp.critic_lr, hp.max_grad_norm)
     dual_tx = lambda hp: agent.adam(hp.dual_lr)
     box = agent.action_box(env)
     to_env = lambda a: box.clip(box.to_env(a))  # policy units -> env units, within the bounds
-    obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
+    obs_in = lambda stats, obs: (normalize.normalize(stats, obs, config.obs_clip)
+                                 if config.normalize_obs else obs)
 
     def sampled_q(critic_params, obs, actions):
         """Q of N actions per state: obs [B, D], actions [N, B, A] -> [N, B]."""
@@ -499,7 +513,7 @@ def make_act(config: Config, env: envs.Env):
 
     def act(state, obs, key, deterministic=True):
         if config.normalize_obs:
-            obs = normalize.normalize(state.obs_stats, obs)
+            obs = normalize.normalize(state.obs_stats, obs, config.obs_clip)
         mean, std = actor.apply(state.actor_params, obs)
         action = mean if deterministic else distrax.Normal(mean, std).sample(seed=key)
         return box.clip(box.to_env(action))
@@ -510,7 +524,8 @@ def make_act(config: Config, env: envs.Env):
 # ----------------------------------------------------------------------------- Main
 
 AGENT = agent.Agent(name="mpo", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
-                    make_train=make_train, make_act=make_act)
+                    make_train=make_train, make_act=make_act,
+                    task_defaults=TASK_DEFAULTS)
 
 
 @exit_on_user_error

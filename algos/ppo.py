@@ -119,6 +119,8 @@ class Config:
     """divide rewards by the running std of the discounted return (before reward_scaling)"""
     normalize_obs: bool = True
     """normalise observations with running mean/std over all envs"""
+    obs_clip: float = 10.0
+    """normalised observations are clipped to +-obs_clip"""
     actor_hidden_sizes: Tuple[int, ...] = (32, 32, 32, 32)
     """hidden layer widths of the policy"""
     critic_hidden_sizes: Tuple[int, ...] = (256, 256)
@@ -127,10 +129,20 @@ class Config:
     """initial log std of the Gaussian policy (in units of half the action range)"""
 
 
+# The humanoid recipe (humanoid_stand, _walk, _run): these values replace the
+# defaults above on those tasks, any flag given still wins, and a run prints
+# the ones it uses. Found by one-core probes (docs/results/humanoid/probes.md).
+TASK_DEFAULTS = {"humanoid": dict(
+    num_envs=512, num_steps=32, total_timesteps=40_000_000, eval_every=2_000_000,
+    checkpoint_every=5_000_000, num_minibatches=8, update_epochs=8, gamma=0.99,
+    learning_rate=3e-4, clip_coef=0.2, ent_coef=1e-3, reward_scaling=1.0, obs_clip=5.0,
+    actor_hidden_sizes=(256, 256), critic_hidden_sizes=(256, 256), init_log_std=-0.5)}
+
+
 def validate(config: Config) -> None:
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
                          "num_steps", "num_minibatches", "update_epochs", "learning_rate",
-                         "clip_coef", "max_grad_norm", "reward_scaling")
+                         "clip_coef", "max_grad_norm", "reward_scaling", "obs_clip")
     for name in ("actor_hidden_sizes", "critic_hidden_sizes"):
         if min(getattr(config, name), default=0) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive widths, "
@@ -340,7 +352,8 @@ def make_train(config: Config) -> agent.Train:
                                 optax.scale_by_adam(eps=1e-5))
     box = agent.action_box(env)
     to_env = lambda a: box.to_env(jnp.clip(a, -1.0, 1.0))  # policy units -> env units
-    obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
+    obs_in = lambda stats, obs: (normalize.normalize(stats, obs, config.obs_clip)
+                                 if config.normalize_obs else obs)
 
     def init(key, hp=None):
         key, k_actor, k_critic, k_env, k_eval, k_pool = jax.random.split(key, 6)
@@ -475,7 +488,7 @@ def make_act(config: Config, env: envs.Env):
 
     def act(state, obs, key, deterministic=True):
         if config.normalize_obs:
-            obs = normalize.normalize(state.obs_stats, obs)
+            obs = normalize.normalize(state.obs_stats, obs, config.obs_clip)
         mean, log_std = actor.apply(state.actor_params, obs)
         if not deterministic:
             mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
@@ -487,7 +500,8 @@ def make_act(config: Config, env: envs.Env):
 # ----------------------------------------------------------------------------- Main
 
 AGENT = agent.Agent(name="ppo", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
-                    make_train=make_train, make_act=make_act)
+                    make_train=make_train, make_act=make_act,
+                    task_defaults=TASK_DEFAULTS)
 
 
 @exit_on_user_error

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from common import agent, cli, envs, normalize, replay
+from common import agent, cli, envs, networks, normalize, replay
 from common.errors import exit_on_user_error
 
 
@@ -80,6 +80,8 @@ class Config:
     """actor learning rate (Adam)"""
     critic_lr: float = 3e-4
     """critic learning rate (Adam)"""
+    max_grad_norm: float = 0.0
+    """clip the global norm of each actor and critic gradient to this (0: off)"""
     alpha_lr: float = 3e-4
     """temperature learning rate (Adam on log alpha)"""
     init_alpha: float = 1.0
@@ -95,8 +97,28 @@ class Config:
     """hidden layer widths of actor and critics"""
     critic_layer_norm: bool = False
     """layer norm after each hidden layer of the critics"""
+    critic_torso: str = "mlp"
+    """critic hidden layers: mlp (hidden_sizes, --critic-layer-norm) or simba (residual
+    pre-LayerNorm blocks, common/networks.py)"""
+    simba_width: int = 256
+    """width of the simba critic torso"""
+    simba_blocks: int = 1
+    """residual blocks of the simba critic torso"""
     normalize_obs: bool = False
     """normalise observations with running mean/std"""
+    obs_clip: float = 10.0
+    """normalised observations are clipped to +-obs_clip"""
+
+
+# The humanoid recipe (humanoid_stand, _walk, _run): these values replace the
+# defaults above on those tasks, any flag given still wins, and a run prints
+# the ones it uses. Found by one-core probes (docs/results/humanoid/probes.md):
+# hundreds of envs with one update per 16 env steps use one core's time on
+# physics and learning in a ratio that learns fastest per hour.
+TASK_DEFAULTS = {"humanoid": dict(
+    num_envs=256, updates_per_step=0.0625, total_timesteps=10_000_000, eval_every=500_000,
+    checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
+    n_step=5,)}
 
 
 def validate(config: Config) -> None:
@@ -127,30 +149,23 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
-    hidden_sizes: Tuple[int, ...]
-    layer_norm: bool
+    torso: networks.Torso  # hidden layers: MLP or SimBa (common/networks.py)
 
     @nn.compact
     def __call__(self, obs, action):
-        x = jnp.concatenate([obs, action], -1)
-        for h in self.hidden_sizes:
-            x = nn.Dense(h)(x)
-            if self.layer_norm:
-                x = nn.LayerNorm()(x)
-            x = nn.relu(x)
+        x = self.torso(jnp.concatenate([obs, action], -1))
         return nn.Dense(1)(x).squeeze(-1)
 
 
 class TwinCritic(nn.Module):
     """Two independent critics, evaluated together: q has shape [2, ...]."""
-    hidden_sizes: Tuple[int, ...]
-    layer_norm: bool
+    torso: networks.Torso  # hidden layers: MLP or SimBa (common/networks.py)
 
     @nn.compact
     def __call__(self, obs, action):
         twins = nn.vmap(Critic, variable_axes={"params": 0}, split_rngs={"params": True},
                         in_axes=None, out_axes=0, axis_size=2)
-        return twins(self.hidden_sizes, self.layer_norm)(obs, action)
+        return twins(self.torso)(obs, action)
 
 
 def squashed_gaussian(mean, log_std) -> distrax.Distribution:
@@ -171,6 +186,7 @@ class HParams(NamedTuple):
     tau: jnp.ndarray
     actor_lr: jnp.ndarray
     critic_lr: jnp.ndarray
+    max_grad_norm: jnp.ndarray
     alpha_lr: jnp.ndarray
     init_alpha: jnp.ndarray
     target_entropy_per_dim: jnp.ndarray
@@ -231,12 +247,13 @@ def make_train(config: Config) -> agent.Train:
     E, A = config.num_envs, env.action_size
 
     actor = Actor(config.hidden_sizes, A)
-    critic = TwinCritic(config.hidden_sizes, config.critic_layer_norm)
-    actor_tx = lambda hp: agent.adam(hp.actor_lr)  # learning rates are traced (swept)
-    critic_tx = lambda hp: agent.adam(hp.critic_lr)
+    critic = TwinCritic(networks.critic_torso(config))
+    actor_tx = lambda hp: agent.adam(hp.actor_lr, hp.max_grad_norm)  # traced (swept)
+    critic_tx = lambda hp: agent.adam(hp.critic_lr, hp.max_grad_norm)
     alpha_tx = lambda hp: agent.adam(hp.alpha_lr)
     box = agent.action_box(env)  # squashed sample [-1, 1] -> env units
-    obs_in = lambda stats, obs: normalize.normalize(stats, obs) if config.normalize_obs else obs
+    obs_in = lambda stats, obs: (normalize.normalize(stats, obs, config.obs_clip)
+                                 if config.normalize_obs else obs)
 
     def policy_sample(params, obs, key):
         """Reparameterised squashed sample in [-1, 1] and its log-density."""
@@ -351,7 +368,7 @@ def make_act(config: Config, env: envs.Env):
 
     def act(state, obs, key, deterministic=True):
         if config.normalize_obs:
-            obs = normalize.normalize(state.obs_stats, obs)
+            obs = normalize.normalize(state.obs_stats, obs, config.obs_clip)
         mean, log_std = actor.apply(state.actor_params, obs)
         if deterministic:
             return box.to_env(jnp.tanh(mean))
@@ -363,7 +380,8 @@ def make_act(config: Config, env: envs.Env):
 # ----------------------------------------------------------------------------- Main
 
 AGENT = agent.Agent(name="sac", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
-                    make_train=make_train, make_act=make_act)
+                    make_train=make_train, make_act=make_act,
+                    task_defaults=TASK_DEFAULTS)
 
 
 @exit_on_user_error

@@ -43,10 +43,27 @@ class Agent:
     validate: Callable[[Any], None]           # validate(config): UserError before any work
     make_train: Callable[[Any], Train]        # make_train(config) -> Train
     make_act: Callable[[Any, Any], Callable]  # make_act(config, env) -> act(state, obs, key, det)
+    # {domain: {field: value}}: the defaults of that domain's tasks (its TASK_DEFAULTS)
+    task_defaults: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def hparams(self, config) -> Any:
         """This agent's HParams as `config` sets them."""
         return hparams(self.HParams, config)
+
+    def defaults_for(self, env: str) -> Dict[str, Any]:
+        """The Config values that replace the plain defaults on `env`: the
+        agent's TASK_DEFAULTS entry for the task's domain ("humanoid" for
+        humanoid_walk), or none."""
+        for domain, values in self.task_defaults.items():
+            if env.startswith(domain + "_"):
+                return dict(values)
+        return {}
+
+    def config_for(self, env: str, **overrides) -> Any:
+        """The Config `python algos/<name>.py --env <env> --flag value ...`
+        runs: the task's defaults, then `overrides` (field=value)."""
+        return dataclasses.replace(self.Config(), env=env,
+                                   **{**self.defaults_for(env), **overrides})
 
 
 class Hooks(NamedTuple):
@@ -250,10 +267,36 @@ def hparams(hparams_cls, config):
                          for f in hparams_cls._fields))
 
 
-def adam(learning_rate) -> optax.GradientTransformation:
+def adam(learning_rate, max_grad_norm=None) -> optax.GradientTransformation:
     """optax.adam with its learning rate kept in the optimiser state
-    (inject_hyperparams), so that it can be a traced, swept value."""
-    return optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
+    (inject_hyperparams), so that it can be a traced, swept value. With
+    `max_grad_norm` (traced too; <= 0: off), the gradient's global norm is
+    clipped to it first."""
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
+    if max_grad_norm is None:
+        return tx
+    return optax.chain(clip_by_global_norm(max_grad_norm), tx)
+
+
+def clip_by_global_norm(max_norm) -> optax.GradientTransformation:
+    """optax.clip_by_global_norm with a traced bound where <= 0 means no
+    clipping: the gradient passes through bit for bit."""
+    def update(updates, state, params=None):
+        del params
+        norm = optax.global_norm(updates)
+        clip = (max_norm > 0) & ~(norm < max_norm)  # as optax.clip_by_global_norm, bitwise
+        return jax.tree.map(lambda g: jnp.where(clip, g / norm * max_norm, g), updates), state
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def noise_schedule(hp, decay_steps: int, env_steps) -> jnp.ndarray:
+    """Exploration std after `env_steps` env steps of one seed: linear from
+    hp.exploration_noise to hp.exploration_noise_final over `decay_steps`,
+    then constant (decay_steps 0: hp.exploration_noise throughout)."""
+    if decay_steps <= 0:
+        return hp.exploration_noise
+    frac = jnp.minimum(jnp.asarray(env_steps, jnp.float32) / decay_steps, 1.0)
+    return hp.exploration_noise + (hp.exploration_noise_final - hp.exploration_noise) * frac
 
 
 class ActionBox(NamedTuple):
@@ -357,6 +400,13 @@ def check_off_policy(config) -> None:
     if config.learning_starts < 0 or config.learning_starts >= config.total_timesteps:
         raise UserError(f"--learning-starts {config.learning_starts} leaves no env step for an "
                         f"update within --total-timesteps {config.total_timesteps}")
+    from common.networks import TORSOS
+    check_choice(config, "critic_torso", TORSOS)
+    check_positive(config, "simba_width", "simba_blocks", "obs_clip")
+    for name in ("max_grad_norm", "exploration_decay_steps"):
+        if getattr(config, name, 0) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: off), "
+                            f"got {getattr(config, name)}")
 
 
 def check_memory(nbytes: int, what: str) -> None:

@@ -77,8 +77,44 @@ def main(spec: agent.Agent, argv=None, sweep_specs: Optional[Sequence[str]] = No
 
 
 def parse(spec: agent.Agent, argv) -> Any:
+    """The Config of the command line. The task (--env) is read first: where
+    its domain has defaults of its own (the agent's TASK_DEFAULTS, e.g. the
+    humanoid recipe), they replace the plain defaults, every flag given
+    still wins, and a line says which values came from them."""
     import tyro
-    return tyro.cli(spec.Config, args=argv, description=spec.doc)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    env = _flag_value(argv, "--env") or spec.Config().env
+    task = spec.defaults_for(env)
+    config = tyro.cli(spec.Config, args=argv, description=spec.doc,
+                      default=spec.config_for(env))
+    used = {k: v for k, v in task.items() if getattr(config, k) == v}
+    if used and "--help" not in argv and "-h" not in argv:
+        print(f"{env}: {spec.name}'s {env.split('_')[0]} defaults (TASK_DEFAULTS in "
+              f"algos/{spec.name}.py; any flag overrides them): "
+              + " ".join(as_flag(k, v) for k, v in used.items()),
+              flush=True)
+    return config
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
+    """The value of `flag` in argv (`--flag v` or `--flag=v`; the last wins), or None."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def as_flag(field: str, value) -> str:
+    """`field=value` as the command-line flag that sets it."""
+    name = field.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    if isinstance(value, (tuple, list)):
+        return f"--{name} " + " ".join(str(v) for v in value)
+    return f"--{name} {value}"
 
 
 def check_inputs(spec: agent.Agent, config, sweep_specs: Sequence[str]) -> list:

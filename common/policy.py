@@ -252,9 +252,11 @@ def _members(kind: str, header: Dict[str, Any]) -> int:
     return n
 
 
-def _read_leaves(path: str, kind: str, header: Dict[str, Any], template, index: int, members: int):
+def _read_leaves(path: str, kind: str, header: Dict[str, Any], template, index: int, members: int,
+                 hp_defaults=None):
     """The arrays of `template`'s leaves (matched by path) for member
-    `index`, read one by one (np.load is lazy: nothing else is read)."""
+    `index`, read one by one (np.load is lazy: nothing else is read). A
+    hyperparameter the file predates takes its value from `hp_defaults`."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(template)
     if kind == "policy_part":
         names = {}
@@ -270,6 +272,11 @@ def _read_leaves(path: str, kind: str, header: Dict[str, Any], template, index: 
             for p, t in flat:
                 key = jax.tree_util.keystr(p)
                 name = key if kind == "policy_part" else names.get(key)
+                if (name is None or name not in z.files) and key.startswith(".hp.") \
+                        and hp_defaults is not None:
+                    # a traced hyperparameter newer than the file: its config's value
+                    leaves.append(jnp.asarray(getattr(hp_defaults, key[len(".hp."):])))
+                    continue
                 if name is None or name not in z.files:
                     raise UserError(
                         f"{path!r} has no {key} (not a {header['algo']} policy of this config)"
@@ -320,7 +327,8 @@ def load_policy(path: str, seed_index: int = 0, backend: str = "native") -> Poli
     train = module.make_train(dataclasses.replace(config, num_seeds=1))
     shapes = jax.eval_shape(train.init, jax.random.PRNGKey(0))
     template = PolicyState(*(getattr(shapes, f) for f in PolicyState._fields))
-    state = _read_leaves(path, kind, header, template, seed_index, members)
+    hp_defaults = module.AGENT.hparams(config)
+    state = _read_leaves(path, kind, header, template, seed_index, members, hp_defaults)
     eval_return = header.get("eval_return") if kind == "exported" else None
     return Policy(
         header["algo"],
