@@ -99,8 +99,8 @@ class Config:
     critic_torso: str = "mlp"
     """critic hidden layers: mlp (hidden_sizes, --critic-layer-norm) or simba (residual
     pre-LayerNorm blocks, common/networks.py)"""
-    simba_width: int = 256
-    """width of the simba critic torso"""
+    simba_width: int = 128
+    """width of the simba critic torso (its blocks are 4x wider inside)"""
     simba_blocks: int = 1
     """residual blocks of the simba critic torso"""
     normalize_obs: bool = False

@@ -33,7 +33,7 @@ class Torso:
     kind: str = "mlp"
     hidden_sizes: Tuple[int, ...] = (256, 256)
     layer_norm: bool = False
-    simba_width: int = 256
+    simba_width: int = 128
     simba_blocks: int = 1
 
     def __call__(self, x: jax.Array) -> jax.Array:

@@ -1,0 +1,134 @@
+"""The humanoid recipe probes: short one-core runs, each kept as a small JSON,
+and the table of all of them (docs/results/humanoid/probes.md).
+
+    python scripts/probes.py run NAME --core 1 -- python algos/td3.py --env humanoid_walk ...
+    python scripts/probes.py record NAME RUN_DIR --command "python algos/..."
+    python scripts/probes.py table
+
+`run` starts the agent's own command pinned to one core, with its logs under
+bench/probes/NAME (kept out of git), and records it when it ends. `record`
+reads a finished (or stopped) run's TensorBoard logs: its evaluation returns
+with their env steps and wall-clock seconds since the run began (compile
+included), its env steps/s, its config. `table` regenerates probes.md: a row
+per probe with its command, minutes, env steps and the last evaluation
+return at 10, 20, 30, 60 and 120 minutes of its own wall-clock.
+
+Minutes are measured, not computed: a probe that shared its core's machine
+with tests or compiles records that in its `note`. Its env-step columns are
+load-independent.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse
+import glob
+import json
+import shlex
+import subprocess
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "docs", "results", "humanoid", "probes")
+LOGS = os.path.join(ROOT, "bench", "probes")
+MARKS = (10, 20, 30, 60, 120)  # minutes
+
+
+def curve(run_dir: str) -> Dict:
+    """Evaluation returns of the run's first seed: steps, returns, seconds."""
+    import plot
+    seeds = sorted(glob.glob(os.path.join(run_dir, "seed_*")))
+    series, _ = plot.read_seed(seeds[0], "eval/episode_return")
+    sps, _ = plot.read_seed(seeds[0], "charts/sps")
+    return dict(steps=[int(s) for s in series.steps], returns=[float(v) for v in series.values],
+                seconds=[float(t) for t in series.times],
+                sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values) else None)
+
+
+def record(name: str, run_dir: str, command: str, note: str = "") -> Dict:
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    result = dict(name=name, command=command, note=note, config=config, run_dir=run_dir,
+                  date=time.strftime("%Y-%m-%d"), **curve(run_dir))
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, name + ".json"), "w") as f:
+        json.dump(result, f, indent=1)
+    table()
+    return result
+
+
+def at_minutes(result: Dict, minutes: float) -> Optional[float]:
+    """The last evaluation return logged within `minutes` of the run's start."""
+    within = [r for r, s in zip(result["returns"], result["seconds"]) if s <= minutes * 60]
+    return within[-1] if within else None
+
+
+def table(out: str = OUT) -> str:
+    rows = []
+    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+        with open(path) as f:
+            rows.append(json.load(f))
+    rows.sort(key=lambda r: (r["config"]["env"], r["name"]))
+    lines = ["# Humanoid recipe probes", "",
+             "One run per row, one seed, pinned to one core of a 2-core machine (two probes at "
+             "a time). Returns are the mean of 10 deterministic evaluation episodes from held-out "
+             "initial states, the last evaluation within each mark of the run's own wall-clock "
+             "(compile included). Regenerate with `python scripts/probes.py table`.", "",
+             "| probe | command (flags beyond the agent and task) | env steps/s | env steps | "
+             + " | ".join(f"{m} min" for m in MARKS) + " | best | note |",
+             "|---|---|---|---|" + "---|" * len(MARKS) + "---|---|"]
+    for r in rows:
+        marks = [at_minutes(r, m) if r["seconds"] and r["seconds"][-1] >= m * 60 - 90 else None
+                 for m in MARKS]
+        cells = ["" if v is None else f"{v:.0f}" for v in marks]
+        minutes = r["seconds"][-1] / 60 if r["seconds"] else 0
+        lines.append(f"| {r['name']} | `{r['command']}` | {r['sps'] or 0:.0f} | "
+                     f"{r['steps'][-1] if r['steps'] else 0:,} ({minutes:.0f} min) | "
+                     + " | ".join(cells) + f" | {max(r['returns'] or [0]):.0f} | {r['note']} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(os.path.dirname(out), "probes.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def run(name: str, core: Optional[int], argv: List[str], note: str) -> Dict:
+    log_dir = os.path.join(LOGS, name)
+    cmd = [sys.executable if a == "python" else a for a in argv] + ["--log-dir", log_dir]
+    pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+    with open(os.path.join(LOGS, name + ".log"), "w") as log:
+        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=pin)
+    run_dir = sorted(glob.glob(os.path.join(log_dir, "*")))[-1]
+    return record(name, run_dir, " ".join(shlex.quote(a) for a in argv), note)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("name")
+    r.add_argument("--core", type=int)
+    r.add_argument("--note", default="")
+    r.add_argument("cmd", nargs=argparse.REMAINDER)
+    c = sub.add_parser("record")
+    c.add_argument("name")
+    c.add_argument("run_dir")
+    c.add_argument("--command", required=True)
+    c.add_argument("--note", default="")
+    sub.add_parser("table")
+    a = p.parse_args()
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    os.makedirs(LOGS, exist_ok=True)
+    if a.mode == "run":
+        argv = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+        run(a.name, a.core, argv, a.note)
+    elif a.mode == "record":
+        record(a.name, a.run_dir, a.command, a.note)
+    print(table())
+
+
+if __name__ == "__main__":
+    main()
