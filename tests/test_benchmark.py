@@ -81,14 +81,14 @@ def test_wall_table_picks_the_last_evaluation_within_the_budget(tmp_path):
     """The fixed wall-clock table from synthetic logs: evaluations at 5, 10 and
     15 s after each stream began (tests/test_plot.py's writer)."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import bench_learn
+    from benchmarks import learn
     from test_plot import write_run
     write_run(tmp_path / "runs", "cheetah_run__td3__1__100", {1: [10, 20, 30], 2: [30, 40, 60]},
               "cheetah_run")
     rows = [dict(algo="td3", task="cheetah_run", run_dir="runs/cheetah_run__td3__1__100")]
 
     def cell(seconds):
-        line = [ln for ln in bench_learn.wall_table(rows, str(tmp_path), seconds).splitlines()
+        line = [ln for ln in learn.wall_table(rows, str(tmp_path), seconds).splitlines()
                 if ln.startswith("| td3 |")][0]
         return line.split("|")[2].strip()
 
@@ -105,11 +105,11 @@ def test_non_positive_jobs_is_one_line_and_status_2(tmp_path):
 
 
 def test_profile_loop_varies_every_off_policy_agent_and_refuses_others():
-    """scripts/profile_loop.py edits each agent's iteration in memory: every
+    """`benchmark.py profile` edits each agent's iteration in memory: every
     off-policy file must still hold the two lines it varies, and PPO (no
     replay loop) or a typo gets one line and exit status 2."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import profile_loop
+    from benchmarks import profile_loop
     for algo in profile_loop.OFF_POLICY:
         src = open(os.path.join(ROOT, "algos", f"{algo}.py")).read()
         changed = {name for name, code in profile_loop.variants(src).items() if code != src}
@@ -118,8 +118,58 @@ def test_profile_loop_varies_every_off_policy_agent_and_refuses_others():
                           (["td5", "cheetah_run"], "off-policy agents"),
                           (["sac", "cheetah_run", "--iters", "0"], "must be positive"),
                           (["sac", "cheetah_walk"], "cheetah_walk")]:
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "profile_loop.py"),
-                            *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+        r = _run("profile", *args, timeout=300)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and message in lines[-1], (args, r.stderr[-800:])
         assert lines[-1].startswith("error:") and "Traceback" not in r.stderr, args
+
+
+def test_benchmark_package_has_no_import_cycle_and_every_mode_its_four_names():
+    """scripts/benchmarks/: the imports between its modules form no cycle and
+    none imports the entry point (read from the source); each module imports
+    alone in a fresh interpreter without JAX (so `--help` stays quick); every
+    mode of benchmark.py's MODES provides HELP, DOC, add_arguments and run."""
+    import ast
+    import glob
+    package = os.path.join(ROOT, "scripts", "benchmarks")
+    names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(package, "*.py")))
+    graph = {}
+    for name in names:
+        edges = set()
+        for node in ast.walk(ast.parse(open(os.path.join(package, f"{name}.py")).read())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x, from .x
+                edges |= {node.module} if node.module else {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module == "benchmarks":
+                edges |= {a.name for a in node.names}
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [
+                    node.module or ""]
+                assert "benchmark" not in mods, f"{name}.py imports the entry point"
+                edges |= {m.split(".")[1] for m in mods if m.startswith("benchmarks.")}
+        graph[name] = edges - {"__init__"}
+    assert set().union(*graph.values()) <= set(names), graph
+    done, path = set(), []
+
+    def visit(n):  # depth-first; a module met again on the current path is a cycle
+        assert n not in path, f"import cycle: {' -> '.join(path[path.index(n):] + [n])}"
+        if n not in done:
+            path.append(n)
+            for m in sorted(graph[n]):
+                visit(m)
+            path.pop()
+            done.add(n)
+    for n in names:
+        visit(n)
+    check = ("import sys; sys.path.insert(0, 'scripts'); import benchmarks.{}; "
+             "assert 'jax' not in sys.modules, 'imports JAX at the top'")
+    for name in names:
+        r = subprocess.run([sys.executable, "-c", check.format(name)], capture_output=True,
+                           text=True, cwd=ROOT, timeout=60)
+        assert r.returncode == 0, (name, r.stderr[-1500:])
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import importlib
+    import benchmark
+    for mode, module in benchmark.MODES.items():
+        m = importlib.import_module(f"benchmarks.{module}")
+        assert all(callable(getattr(m, f, None)) for f in ("add_arguments", "run")), mode
+        assert isinstance(m.HELP, str) and isinstance(m.DOC, str) and m.DOC.strip(), mode

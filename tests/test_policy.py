@@ -22,7 +22,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import bench_standard  # noqa: E402
+from benchmarks import standard as bench_standard  # noqa: E402
 import evaluate as evaluate_script  # noqa: E402
 import export as export_script  # noqa: E402
 from algos import td3  # noqa: E402

@@ -1,4 +1,4 @@
-"""The standard-budget table and figure (scripts/bench_standard.py) on
+"""The standard-budget table and figure (scripts/benchmarks/standard.py) on
 synthetic results with known values: returns at 50k/100k per seed, PPO's
 budget from the median off-policy wall-clock, the published column, the
 report regenerated from the result files alone."""
@@ -10,8 +10,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import bench_standard as bs  # noqa: E402
-import published  # noqa: E402
+from benchmarks import published  # noqa: E402
+from benchmarks import standard as bs  # noqa: E402
 
 
 def _result(algo, task, finals, wall=600.0, steps=100_000, every=10_000):

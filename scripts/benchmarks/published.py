@@ -1,6 +1,6 @@
 """Published evaluation returns of state-based agents on walker_walk and
-cheetah_run at 50k and 100k env steps, shown beside ours by
-scripts/bench_standard.py. Every source counts env steps as native control
+cheetah_run at 50k and 100k env steps, shown beside ours by the
+`standard` mode (standard.py). Every source counts env steps as native control
 steps (1000 per episode); those with action repeat 2 (AR2) took half as many
 decisions. Ours use action repeat 1, so at 100k env steps they took 100k
 decisions: the comparison is at equal env steps (samples of the simulator).

@@ -1,27 +1,85 @@
-"""Training-throughput measurements for scripts/benchmark.py.
+"""`train` mode: training env steps/s of every agent and the loop-efficiency table.
 
 `agent_throughput` times any agent through the agent protocol (compiled
-first, then one timed run); `reference_td3` is the usual way JAX TD3 is
-written (CleanRL style): the env stepped from Python, a numpy replay buffer
-and one jitted update per env step, with the same networks and batch.
+first, then one timed run); `reference_td3` and `reference_sac` are the
+usual way JAX TD3 and SAC are written (CleanRL style): the env stepped from
+Python, a numpy replay buffer and one jitted update per env step, with the
+same networks and batch. `loop_efficiency` sets an agent's whole loop
+against its own update.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import os
-import sys
 import time
 from typing import Dict
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+HELP = "training env steps/s of agents vs a Python-loop reference TD3"
+DOC = """`train` mode: env steps/s of whole training runs (compile excluded), per agent
+and task, next to references measured in the same run:
+
+* TD3 and SAC written the usual way (CleanRL style): the dm_control env
+  stepped from Python, a numpy replay buffer and one jitted update per env
+  step, with the same networks ([256, 256]) and batch (256). Each off-policy
+  agent runs at that setting (1 env, 1 update per env step) and at 256 envs
+  with 1 update per 16 env steps; its ratio is against the reference of its
+  family (TD3 for DDPG/D4PG/TD3/TD4, SAC for SAC/MPO), and ms/update is the
+  wall-clock per gradient update, env steps included.
+* PPO with its default config at 1024 envs on the native backend, beside raw
+  `mujoco.rollout` physics on the same batch (the machine's limit), and on
+  mjx for cheetah_run.
+With --budget, a last row per agent trains for about that many seconds at
+1 env and reports the final evaluation return (10 episodes).
+
+Then the loop-efficiency table (scripts/benchmarks/train.py: loop_efficiency), per
+off-policy agent and task, at 1 env with 1 update per env step and at 16
+envs with 1 update per iteration, through the agent protocol
+(Train.iteration, Train.update): the acting cost per env step, the agent's
+update alone (its floor, scanned over a replay buffer filled to capacity)
+and the whole loop from that same buffer; efficiency = floor / loop. Below
+it, the update-cost ratios D4PG/TD3, TD4/TD3 and MPO/SAC at 1 env."""
+
+
+def add_arguments(t) -> None:
+    t.add_argument("--algos", nargs="+",
+                   default=["td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo"])
+    t.add_argument("--tasks", nargs="+", default=["cheetah_run", "humanoid_walk"])
+    t.add_argument("--steps-1env", type=int, default=3000,
+                   help="timed env steps at 1 env (after 1000 warm-up)")
+    t.add_argument("--steps-many", type=int, default=51200, help="env steps at 256 envs")
+    t.add_argument("--ppo-steps", type=int, default=307_200,
+                   help="env steps of the PPO native rows (the mjx row runs 3 rollouts)")
+    t.add_argument("--ppo-mjx-envs", type=int, default=None,
+                   help="envs of the PPO mjx row on cheetah_run (default 1024 on an accelerator, "
+                        "128 on a CPU, where MJX is 50-100x slower; 0: skip)")
+    t.add_argument("--budget", type=float, default=0.0,
+                   help="wall-clock seconds for a fixed-budget return row per agent at 1 env "
+                        "(0: skip; the `learn` mode's table is the fixed-budget comparison)")
+    t.add_argument("--efficiency-iters", type=int, default=300,
+                   help="iterations per timed call of the loop-efficiency table (0: skip it)")
+    t.add_argument("--quick", action="store_true",
+                   help="smoke check: cartpole_balance, tiny nets, few steps")
+
+
+def run(args) -> int:
+    import jax
+    if args.ppo_mjx_envs is None:
+        args.ppo_mjx_envs = 128 if jax.default_backend() == "cpu" else 1024
+    if args.quick:
+        args.tasks, args.steps_1env, args.steps_many = ["cartpole_balance"], 300, 5120
+        args.budget = 0
+        args.ppo_steps, args.ppo_mjx_envs = 64 * 30 * 2, 0
+    rows = train_mode(args.algos, args.tasks, args.steps_1env, args.steps_many,
+                      args.ppo_steps, args.budget, args.ppo_mjx_envs, args.quick)
+    print_train_table(rows)
+    if args.efficiency_iters > 0:
+        eff = efficiency_mode(args.algos, args.tasks, 20 if args.quick else args.efficiency_iters,
+                              2 if args.quick else 5, args.quick)
+        print_efficiency_table(eff)
+    return 0
 
 
 def load_algo(name: str):
@@ -41,6 +99,7 @@ def agent_throughput(algo: str, env: str, num_envs: int, total_timesteps: int,
                      num_seeds: int = 1, **overrides) -> Dict[str, float]:
     """Env steps/s of one compiled run (compile excluded; the final evaluation,
     one episode unless overridden, is included), and its final eval return."""
+    import jax
     mod, config = agent_config(algo, env, num_envs, total_timesteps, **overrides)
     config = dataclasses.replace(config, num_seeds=num_seeds)
     train = mod.make_train(config)
@@ -70,6 +129,8 @@ def loop_efficiency(algo: str, env: str, num_envs: int, updates_per_step: float,
     - loop: `iteration` scanned over `iters` learning iterations from that
       same full buffer, per env step; efficiency = floor x updates per env
       step / loop."""
+    import jax
+    import jax.numpy as jnp
     from common import agent, replay
     warm = iters * num_envs
     mod, config = agent_config(algo, env, num_envs, 10 * warm + 10 ** 6, learning_starts=warm,
@@ -122,6 +183,7 @@ def _python_loop(env: str, policy, update, state, key, total_timesteps: int, lea
                  batch_size: int, seed: int) -> Dict[str, float]:
     """The usual way: step the env from Python, store in numpy, sample a
     numpy batch and call a jitted update once per env step."""
+    import jax
     dm, flat, A = _dm_loop(env, seed)
     obs = flat(dm.reset())
     D = obs.shape[0]
@@ -156,10 +218,15 @@ def _python_loop(env: str, policy, update, state, key, total_timesteps: int, lea
 
 
 def _reference_nets(mod, env: str, hidden, seed: int):
-    """The agent module's own actor and twin critic, initialised for `env`."""
+    """The agent module's own actor and twin critic (plain MLP torso, no
+    LayerNorm), initialised for `env`."""
+    import jax
+    import jax.numpy as jnp
+    from common import networks
     dm, flat, A = _dm_loop(env, seed)
     D = flat(dm.reset()).shape[0]
-    actor, critic = mod.Actor(tuple(hidden), A), mod.TwinCritic(tuple(hidden), False)
+    actor = mod.Actor(tuple(hidden), A)
+    critic = mod.TwinCritic(networks.Torso("mlp", tuple(hidden), layer_norm=False))
     k1, k2, key = jax.random.split(jax.random.PRNGKey(seed), 3)
     return (actor, critic, actor.init(k1, jnp.zeros(D)),
             critic.init(k2, jnp.zeros(D), jnp.zeros(A)), key, A)
@@ -168,6 +235,9 @@ def _reference_nets(mod, env: str, hidden, seed: int):
 def reference_td3(env: str, total_timesteps: int, learning_starts: int, batch_size: int = 256,
                   hidden=(256, 256), seed: int = 0) -> Dict[str, float]:
     """TD3 (CleanRL style): twin critics, smoothing, policy delay 2."""
+    import jax
+    import jax.numpy as jnp
+    import optax
     actor, critic, ap, cp, key, _ = _reference_nets(load_algo("td3"), env, hidden, seed)
     tx = optax.adam(3e-4)
     state = (ap, cp, ap, cp, tx.init(ap), tx.init(cp))
@@ -211,6 +281,9 @@ def reference_sac(env: str, total_timesteps: int, learning_starts: int, batch_si
                   hidden=(256, 256), seed: int = 0) -> Dict[str, float]:
     """SAC (CleanRL style, learned temperature): every env step one critic,
     one actor and one temperature update and a Polyak target update."""
+    import jax
+    import jax.numpy as jnp
+    import optax
     actor, critic, ap, cp, key, A = _reference_nets(load_algo("sac"), env, hidden, seed)
     tx = optax.adam(3e-4)
     log_alpha = jnp.zeros(())
@@ -278,11 +351,13 @@ PPO_ENVS = 1024
 
 def raw_physics(task: str, num_envs: int, steps: int = 20, repeats: int = 3) -> float:
     """Env steps/s of raw mujoco.rollout on the same batch (this machine's limit)."""
-    import benchmark
+    import jax
     from common import envs
+
+    from .envs import RawRollout
     env = envs.make(task, "native", pool_size=min(num_envs, 1024))
     states = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), num_envs))
-    raw = benchmark.RawRollout(env, states, nthread=os.cpu_count() or 1, chunk=steps)
+    raw = RawRollout(env, states, nthread=os.cpu_count() or 1, chunk=steps)
     raw.run(2)
     rates = []
     for _ in range(repeats):

@@ -1,5 +1,5 @@
-"""Learning table for scripts/benchmark.py: every agent on a few tasks, several
-seeds vmapped in one program per (agent, task), a fixed budget of env steps.
+"""`learn` mode: every agent on a few tasks, several seeds vmapped in one
+program per (agent, task), a fixed budget of env steps.
 
 Each run is the agent's own command line (`algos/<algo>.py`, default config
 apart from the budget, evaluation interval and seeds), so its TensorBoard
@@ -22,7 +22,41 @@ from typing import Dict, List
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .util import JOBS, ROOT, tool
+
+HELP = "learning table: final eval return of every agent on 3 tasks"
+DOC = """`learn` mode: the final evaluation return (10 deterministic episodes) of
+every agent on cheetah_run, walker_walk and cartpole_swingup, 3 seeds vmapped
+in one program per agent and task, each agent's default config with a budget
+of env steps per seed chosen so that one run takes about 5 minutes of
+training on one core of a 2-core CPU (scripts/benchmarks/learn.py: BUDGET; with
+compile and two runs at a time, one per core (--jobs), 6-7.5 minutes here),
+and the eval return each run had after 4 minutes of wall-clock (the fixed
+wall-clock comparison, from its curve). Each run is the agent's own
+command, so its TensorBoard logs and checkpoint land in <out>/runs/;
+<out>/learn.json collects results as they finish, and a rerun resumes."""
+
+
+def add_arguments(lp) -> None:
+    lp.add_argument("--out", default="bench", help="directory for runs, learn.json, plots")
+    lp.add_argument("--algos", nargs="+", default=None)
+    lp.add_argument("--tasks", nargs="+", default=None)
+    lp.add_argument("--quick", action="store_true",
+                    help="smoke check: td3 and ppo, tiny, cartpole_balance")
+    lp.add_argument("--jobs", type=int, default=JOBS,
+                    help="runs at a time, each pinned to its own core")
+
+
+def run(args) -> int:
+    rows = learn_mode(args.out, args.quick, args.algos, args.tasks, args.jobs)
+    print(learn_table(rows))
+    seconds = wall_seconds(args.quick)
+    print(f"\neval return after {seconds / 60:g} min of wall-clock:")
+    print(wall_table(rows, args.out, seconds))
+    for path in plots(rows, args.out):
+        print(f"figure: {path}")
+    return 0
+
 
 ALGOS = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo")
 TASKS = ("cheetah_run", "walker_walk", "cartpole_swingup")
@@ -43,7 +77,6 @@ BUDGET = {"td3": 18_000, "ddpg": 24_000, "d4pg": 15_000, "td4": 12_000, "sac": 1
 EXTRA = {a: ["--learning-starts", str(BUDGET[a] // 5)]
          for a in ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")}
 EST_SECONDS = 400  # per run, on one core of two both busy (2026-12-03: 350-460 s, compile included)
-JOBS = 2  # runs at a time, each pinned to its own core
 # The fixed wall-clock comparison: each run's eval return at this many seconds
 # since its TensorBoard stream began (compile included), from its curve.
 WALL_SECONDS = 240
@@ -196,7 +229,7 @@ def wall_table(rows: List[Dict], out: str, seconds: float) -> str:
     last evaluation logged within `seconds` of wall-clock, and the env steps
     per seed it had reached; from the runs' TensorBoard logs (scripts/plot.py
     reads them). A run that ended sooner shows its final evaluation."""
-    import plot
+    plot = tool("plot")
 
     def cell(r):
         run = os.path.join(out, r["run_dir"])

@@ -1,6 +1,6 @@
 """Where an off-policy agent's loop spends time beyond its update floor.
 
-    python scripts/profile_loop.py sac cheetah_run [--iters 300 --repeats 7]
+    python scripts/benchmark.py profile sac cheetah_run [--iters 300 --repeats 7]
 
 Two checks, at 1 env and 1 update per env step from a replay buffer filled
 to capacity (the setup of `benchmark.py train`'s loop efficiency):
@@ -23,16 +23,15 @@ import re
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
-import bench_train  # noqa: E402
-from common import replay  # noqa: E402
-from common.errors import ArgumentParser, UserError, exit_on_user_error  # noqa: E402
+from common.errors import UserError
 
+from .train import agent_config
+from .util import ROOT
+
+HELP = "where an off-policy agent's loop spends time beyond its update (HLO, timings)"
+DOC = __doc__
 OFF_POLICY = ("ddpg", "td3", "d4pg", "td4", "sac", "mpo")
 COND = "state, metrics = jax.lax.cond(due, learn, agent.skipped(learn), state)"
 METRICS = "return state, {**metrics, **agent.episode_metrics(next_state)}"
@@ -46,13 +45,16 @@ def variants(src: str):
 
 
 def compiled_loop(algo: str, env: str, src: str, iters: int, tag: int):
+    import jax
+    import jax.numpy as jnp
+    from common import replay
     name = f"_profiled_{algo}_{tag}"  # registered: dataclasses look their module up
     mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None))
     sys.modules[name] = mod
     mod.__file__ = os.path.join(ROOT, "algos", f"{algo}.py")
     exec(compile(src, mod.__file__, "exec"), mod.__dict__)
-    base = bench_train.agent_config(algo, env, 1, 10 * iters + 10 ** 6, learning_starts=iters,
-                                    updates_per_step=1.0)[1]
+    base = agent_config(algo, env, 1, 10 * iters + 10 ** 6, learning_starts=iters,
+                        updates_per_step=1.0)[1]
     config = mod.Config(**{k: getattr(base, k) for k in base.__dataclass_fields__})
     train = mod.make_train(config)
     state = jax.jit(train.init)(jax.random.PRNGKey(0))
@@ -74,7 +76,8 @@ def big_ops(hlo: str, rows: int):
     return found
 
 
-def main(algo: str, env: str, iters: int = 300, repeats: int = 7):
+def profile(algo: str, env: str, iters: int = 300, repeats: int = 7):
+    import jax
     if algo not in OFF_POLICY:
         raise UserError(f"{algo!r} is not one of the off-policy agents {', '.join(OFF_POLICY)}")
     src = open(os.path.join(ROOT, "algos", f"{algo}.py")).read()
@@ -90,27 +93,24 @@ def main(algo: str, env: str, iters: int = 300, repeats: int = 7):
                 print(f"  {n} x {kind} {dtype}[{shape}]")
     times = {name: [] for name in runs}
     for _ in range(repeats):
-        for name, run in runs.items():
+        for name, (fn, state) in runs.items():
             t0 = time.perf_counter()
-            run[1] = jax.block_until_ready(run[0](run[1]))
+            runs[name][1] = jax.block_until_ready(fn(state))
             times[name].append(time.perf_counter() - t0)
     for name, t in times.items():
         print(f"  {name:20s} {1e3 * np.median(t) / iters:.3f} ms per env step "
               f"(range {1e3 * min(t) / iters:.3f}-{1e3 * max(t) / iters:.3f})")
 
 
-@exit_on_user_error
-def cli():
-    parser = ArgumentParser.from_doc(__doc__)
+def add_arguments(parser) -> None:
     parser.add_argument("algo", help="an off-policy agent: " + ", ".join(OFF_POLICY))
     parser.add_argument("task", help="a task, e.g. cheetah_run")
     parser.add_argument("--iters", type=int, default=300, help="loop iterations per timing")
     parser.add_argument("--repeats", type=int, default=7, help="interleaved timings per variant")
-    args = parser.parse_args()
+
+
+def run(args) -> int:
     if args.iters < 1 or args.repeats < 1:
         raise UserError("--iters and --repeats must be positive")
-    main(args.algo, args.task, args.iters, args.repeats)
-
-
-if __name__ == "__main__":
-    cli()
+    profile(args.algo, args.task, args.iters, args.repeats)
+    return 0

@@ -32,7 +32,12 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import published
+from .util import JOBS, ROOT, cpu_model, git_commit, tool
+
+DOC = __doc__
+HELP = ("every agent at 100k env steps (PPO at equal wall-clock) on walker_walk and cheetah_run, "
+        "beside published values; resumable")
 RESULTS = os.path.join(ROOT, "docs", "results", "standard")
 OFF_POLICY = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")
 ALGOS = OFF_POLICY + ("ppo",)
@@ -65,6 +70,30 @@ def load_results(out: str) -> List[Dict]:
     return rows
 
 
+# --------------------------------------------------------------------------- the mode
+
+def add_arguments(st) -> None:
+    st.add_argument("--out", default=None,
+                    help="result JSONs, table and figure (default docs/results/standard)")
+    st.add_argument("--jobs", type=int, default=JOBS,
+                    help="runs at a time, each pinned to its own core")
+    st.add_argument("--algos", nargs="+", default=None)
+    st.add_argument("--tasks", nargs="+", default=None)
+    st.add_argument("--quick", action="store_true",
+                    help="smoke check: td3 and ppo, tiny, cartpole_balance")
+    st.add_argument("--report-only", action="store_true",
+                    help="table and figure from the JSONs there, no runs")
+
+
+def run(args) -> int:
+    out = args.out or (os.path.join("bench", "standard") if args.quick else RESULTS)
+    if args.report_only:
+        write_report(load_results(out), out)
+    else:
+        standard_mode(out, args.jobs, args.quick, algos=args.algos, tasks=args.tasks)
+    return 0
+
+
 # --------------------------------------------------------------------------- one run
 
 def command(algo: str, task: str, steps: int, eval_every: int, log_dir: str, extra=()) -> List[str]:
@@ -84,8 +113,7 @@ def curves(run_dir: str) -> Dict:
     """Per-seed eval returns, their steps and wall-clock seconds since each
     stream began (its writer's creation, so compile included; a resumed run's
     clock includes the pause), from the run's TensorBoard logs."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import plot
+    plot = tool("plot")
     dirs = sorted(glob.glob(os.path.join(run_dir, "seed_*")),
                   key=lambda p: int(p.rsplit("_", 1)[1]))
     series = [plot.read_seed(d, "eval/episode_return")[0] for d in dirs]
@@ -117,7 +145,7 @@ def one_run(algo: str, task: str, steps: int, out: str, log_dir: str, eval_every
     resumed = bool(previous and os.path.exists(os.path.join(previous, "checkpoint.npz")))
     run_cmd = cmd + (["--resume", previous] if resumed else [])
     pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
-    commit = _commit()
+    commit = git_commit(mark_dirty=False)
     t0 = time.time()
     r = subprocess.run(run_cmd, capture_output=True, text=True, cwd=ROOT, preexec_fn=pin)
     wall = time.time() - t0
@@ -146,20 +174,8 @@ def one_run(algo: str, task: str, steps: int, out: str, log_dir: str, eval_every
     return result
 
 
-def _commit() -> str:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                       cwd=ROOT)
-    return r.stdout.strip() or "unknown"
-
-
 def _machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{os.cpu_count()} cores, {model}"
+    return f"{os.cpu_count()} cores, {cpu_model('unknown CPU')}"
 
 
 # --------------------------------------------------------------------------- the plan
@@ -313,7 +329,6 @@ def figure(rows: List[Dict], path: str) -> str:
 
 
 def write_report(rows: List[Dict], out: str) -> str:
-    import published
     text = table(rows, published.ours_column) + "\n\nPublished (env steps at the native control " \
         "rate; sources in published_sources.md):\n\n" + published.table()
     with open(os.path.join(out, "table.md"), "w") as f:

@@ -1,30 +1,57 @@
-"""N seeds vmapped in one program against N sequential single-seed runs.
-
-    python scripts/bench_scale.py --algo td3 --env cartpole_balance --num-seeds 8
+"""`scale` mode: N seeds vmapped in one program against N sequential single-seed runs.
 
 `seeds_vs_sequential` times the run program only: compilation and the
 initial states are excluded for both sides (each side's program is compiled
 ahead of time, once; the sequential side runs its one compiled single-seed
 program N times). No logging or checkpoint callbacks. ratio = sequential /
 vmapped: how many times faster one vmapped program is than N runs in a row.
-scripts/benchmark.py reports it for one off-policy agent and PPO.
+The mode reports it for one off-policy agent (TD3) and PPO.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib
-import os
-import sys
 import time
 from typing import Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import jax
 import numpy as np
 
-from common import parallel, sweep
+HELP = "N seeds vmapped in one program vs N sequential runs"
+DOC = """`scale` mode: wall-clock of N seeds vmapped in one compiled program
+against N sequential single-seed runs of the same program size, for TD3
+(1 env, 1 update per step) and PPO (its default config), compile excluded
+for both (scripts/benchmarks/scale.py)."""
+
+SETTINGS = {  # algo: (full overrides, quick overrides)
+    "td3": (dict(total_timesteps=4000, learning_starts=1000),
+            dict(total_timesteps=1000, learning_starts=500, hidden_sizes=(16, 16), batch_size=32)),
+    "ppo": (dict(total_timesteps=1024 * 30 * 3, num_envs=1024),
+            dict(total_timesteps=64 * 30 * 2, num_envs=64, actor_hidden_sizes=(8,),
+                 critic_hidden_sizes=(8,))),
+}
+
+
+def add_arguments(sc) -> None:
+    sc.add_argument("--num-seeds", type=int, default=8)
+    sc.add_argument("--task", default="cheetah_run")
+    sc.add_argument("--quick", action="store_true",
+                    help="smoke check: 2 seeds, tiny, cartpole_balance")
+
+
+def run(args) -> int:
+    n = 2 if args.quick else args.num_seeds
+    task = "cartpole_balance" if args.quick else args.task
+    rows = []
+    for algo, (full, quick) in SETTINGS.items():
+        r = seeds_vs_sequential(algo, task, num_seeds=n, **(quick if args.quick else full))
+        rows.append((algo, r))
+    print(f"\nseeds in one program vs sequential runs ({n} seeds, {task}, compile and initial "
+          f"states excluded)")
+    print(f"{'agent':<6} {'steps/seed':>10} {'vmapped s':>10} {'sequential s':>13} {'ratio':>6}")
+    for algo, r in rows:
+        print(f"{algo:<6} {r['total_timesteps']:>10} {r['vmapped_s']:>10.1f} "
+              f"{r['sequential_s']:>13.1f} {r['ratio']:>5.2f}x")
+    return 0
 
 
 def bench_config(algo: str, env: str, num_seeds: int, total_timesteps: Optional[int], **overrides):
@@ -51,8 +78,10 @@ def bench_config(algo: str, env: str, num_seeds: int, total_timesteps: Optional[
 def _time_members(module, config, members: range, keys, hps) -> float:
     """Seconds the compiled run takes for `members`, one program call each
     group (compile and init excluded)."""
+    import jax
+    from common import parallel
     train = module.make_train(config)
-    init, run = parallel.compile_members(train, None)
+    init, run_members = parallel.compile_members(train, None)
     n = config.num_seeds
     total, compiled = 0.0, None
     for start in members[::n]:
@@ -60,7 +89,7 @@ def _time_members(module, config, members: range, keys, hps) -> float:
         states = jax.block_until_ready(init(keys[sl], jax.tree.map(lambda x: x[sl], hps)))
         index = np.arange(start, start + n, dtype=np.int32)
         if compiled is None:
-            compiled = run.lower(states, 0, index).compile()
+            compiled = run_members.lower(states, 0, index).compile()
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(states, 0, index))
         total += time.perf_counter() - t0
@@ -73,6 +102,8 @@ def seeds_vs_sequential(algo: str, env: str, num_seeds: int = 8,
     seeds as sequential single-seed runs (same keys and hyperparameters),
     compilation and initial states excluded for both; ratio = sequential /
     vmapped."""
+    import jax
+    from common import sweep
     module, config = bench_config(algo, env, num_seeds, total_timesteps, **config_overrides)
     keys = np.asarray(jax.random.split(jax.random.PRNGKey(config.seed), num_seeds))
     hps, _ = sweep.member_hparams(config, [], module.AGENT.hparams, num_seeds)
@@ -84,24 +115,3 @@ def seeds_vs_sequential(algo: str, env: str, num_seeds: int = 8,
                 vmapped_s=vmapped, sequential_s=sequential, ratio=sequential / vmapped,
                 vmapped_steps_per_s=steps / vmapped, sequential_steps_per_s=steps / sequential,
                 note="compile and initial states excluded for both")
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", default="td3")
-    p.add_argument("--env", default="cartpole_balance")
-    p.add_argument("--num-seeds", type=int, default=8)
-    p.add_argument("--total-timesteps", type=int, default=None,
-                   help="per seed (default: 20000 off-policy, two rollouts for PPO)")
-    args = p.parse_args(argv)
-    r = seeds_vs_sequential(args.algo, args.env, args.num_seeds, args.total_timesteps)
-    print(f"{r['algo']} on {r['env']}, {r['num_seeds']} seeds x {r['total_timesteps']} steps: "
-          f"vmapped {r['vmapped_s']:.2f}s ({r['vmapped_steps_per_s']:.0f} steps/s), sequential "
-          f"{r['sequential_s']:.2f}s ({r['sequential_steps_per_s']:.0f} steps/s), ratio "
-          f"{r['ratio']:.2f}x ({r['note']})")
-    return r
-
-
-if __name__ == "__main__":
-    main()
