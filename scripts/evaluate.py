@@ -22,12 +22,13 @@ from common.errors import ArgumentParser, UserError, exit_on_user_error
 BACKENDS = ("native", "mjx", "auto")  # as common.envs.BACKENDS (not imported: it loads JAX)
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser.from_doc(__doc__)
     p.add_argument(
         "policy",
         metavar="FILE",
-        help="an exported policy file (or a run directory, checkpoint, bench_standard .policy.npz)",
+        help="an exported policy file (or a run directory, checkpoint, "
+        "standard-benchmark .policy.npz)",
     )
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     p.add_argument(
@@ -42,7 +43,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=0,
         help="which seed of a run or checkpoint (an exported file holds one: 0)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
     if args.episodes < 1:
         raise UserError(f"--episodes must be positive, got {args.episodes}")
     if args.backend not in BACKENDS:

@@ -8,7 +8,7 @@
 The file holds the actor parameters, observation statistics and
 hyperparameters of that seed, the agent, task and config, the seed's last
 evaluation return (from the run's TensorBoard logs, or the result JSON next
-to a bench_standard policy file) and a check return: one deterministic
+to a standard-benchmark policy file) and a check return: one deterministic
 native episode from a fixed held-out start state, replayed by
 tests/test_policy.py to show the file still reproduces. Load it with
 common.policy.load_policy; score it with scripts/evaluate.py.
@@ -27,18 +27,23 @@ from typing import Optional
 from common.errors import ArgumentParser, UserError, exit_on_user_error
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser.from_doc(__doc__)
     p.add_argument(
         "source",
         metavar="RUN_OR_CHECKPOINT",
-        help="a run directory, a checkpoint .npz, a bench_standard .policy.npz or an exported file",
+        help="a run directory, a checkpoint .npz, a standard-benchmark .policy.npz "
+        "or an exported file",
     )
     p.add_argument(
         "--seed-index", type=int, default=0, help="which of its seeds to export (default 0)"
     )
     p.add_argument("--out", required=True, help="the policy file to write (.npz)")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
     if not args.out.endswith(".npz"):
         raise UserError(
             f"--out {args.out!r}: a policy file is an .npz archive, name it <something>.npz"
@@ -49,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def logged_eval_return(policy) -> Optional[float]:
     """The seed's last logged evaluation return: from its TensorBoard stream
     when the policy comes from a run's checkpoint, from the result JSON next
-    to a bench_standard policy file; None when there is none."""
+    to a standard-benchmark policy file; None when there is none."""
     if policy.kind == "checkpoint" and not policy.header.get(
         "sweep"
     ):  # a sweep's streams are per combination

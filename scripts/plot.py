@@ -278,7 +278,7 @@ def figure(groups: Dict[Group, List[Series]], tag: str):
 
 # --------------------------------------------------------------------------- main
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories, or folders of them")
@@ -291,7 +291,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="figure format(s) (default png)")
     p.add_argument("--by-run", action="store_true",
                    help="one curve per run directory instead of pooling the runs of an agent")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 @exit_on_user_error

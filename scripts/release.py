@@ -2,8 +2,9 @@
 
     python scripts/release.py            # from docs/results/standard/ into release/
 
-For each (agent, task) result of scripts/bench_standard.py
-(`docs/results/standard/<task>__<algo>.json` and its `.policy.npz`), the seed
+For each (agent, task) result of the standard benchmark
+(scripts/benchmarks/standard.py: `docs/results/standard/<task>__<algo>.json`
+and its `.policy.npz`), the seed
 with the highest final evaluation return is exported with scripts/export.py
 to `release/<task>__<algo>.npz`, and `release/README.md` gets a table: agent,
 task, env steps, that seed's final evaluation return (10 held-out episodes at
@@ -114,12 +115,16 @@ def readme(rows: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", default=RESULTS)
     p.add_argument("--release", default=RELEASE)
     p.add_argument("--episodes", type=int, default=EPISODES)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     for r in build(args.results, args.release, args.episodes):
         print(
             f"{r['file']:<28} seed {r['seed']}  final {r['final']:7.1f}  "

@@ -50,7 +50,7 @@ _PROBE = (
 )
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser.from_doc(__doc__)
     p.add_argument(
         "checkpoint",
@@ -110,7 +110,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="no shadows, reflections or anti-aliasing: about 10x faster on software GL "
         "(llvmpipe/OSMesa without a GPU), for previews",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
     if args.episodes is not None and args.episodes < 1:
         raise UserError(f"--episodes must be positive, got {args.episodes}")
     if args.steps is not None and args.steps < 1:

@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(message)
 
 
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="scripts/sweep.py", add_help=False, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algo", choices=ALGOS, help="agent to sweep")
@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
 @exit_on_user_error
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    p = parser()
+    p = build_parser()
     args, rest = p.parse_known_args(argv)
     if args.help:
         p.print_help()
