@@ -25,6 +25,7 @@ MODES = {  # mode: its module in scripts/benchmarks/, in the order --help lists 
     "learn": "learn",
     "full": "full",
     "standard": "standard",
+    "humanoid": "humanoid",
     "profile": "profile_loop",
 }
 

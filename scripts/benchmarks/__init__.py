@@ -5,6 +5,7 @@
     scale.py         N seeds vmapped in one program vs N sequential runs
     learn.py         the five-minute learning table (every agent, three tasks)
     standard.py      every agent at 100k env steps beside published values
+    humanoid.py      every agent on humanoid_walk (the best on stand and run), 2 core-hours a seed
     full.py          envs, train, scale, learn and standard in one resumable command
     profile_loop.py  where an off-policy loop spends time beyond its update
     published.py     published returns at 50k and 100k env steps (data, not a mode)
@@ -22,9 +23,9 @@ that need it), so `--help` starts quickly. A new mode is a new module here
 plus one line in MODES of scripts/benchmark.py.
 
 Imports go one way: util and published import no other module here; envs,
-scale, learn and standard import util (standard also published); train
-imports envs; profile_loop imports train; full imports learn and standard
-and starts the other parts as `scripts/benchmark.py` subprocesses. No module
+scale, learn and standard import util (standard also published); humanoid
+imports util and standard; train imports envs; profile_loop imports train;
+full imports learn and standard and starts the other parts as `scripts/benchmark.py` subprocesses. No module
 here imports scripts/benchmark.py (tests/test_benchmark.py checks the graph).
 """
 import os
