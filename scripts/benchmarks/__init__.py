@@ -26,7 +26,8 @@ Imports go one way: util and published import no other module here; envs,
 scale, learn and standard import util (standard also published); humanoid
 imports util and standard; train imports envs; profile_loop imports train;
 full imports learn and standard and starts the other parts as
-`scripts/benchmark.py` subprocesses. No module here imports scripts/benchmark.py (tests/test_benchmark.py checks the graph).
+`scripts/benchmark.py` subprocesses. No module here imports
+scripts/benchmark.py (tests/test_benchmark.py checks the graph).
 """
 import os
 import sys
