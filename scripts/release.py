@@ -1,16 +1,17 @@
-"""Build release/: the best seed of every standard-benchmark run, exported.
+"""Build release/: the best seed of every benchmark run, exported.
 
-    python scripts/release.py            # from docs/results/standard/ into release/
+    python scripts/release.py    # from docs/results/standard/ and humanoid/ into release/
 
 For each (agent, task) result of the standard benchmark
 (scripts/benchmarks/standard.py: `docs/results/standard/<task>__<algo>.json`
-and its `.policy.npz`), the seed
+and its `.policy.npz`) and of the humanoid benchmark
+(scripts/benchmarks/humanoid.py: a JSON and policy per seed), the seed
 with the highest final evaluation return is exported with scripts/export.py
 to `release/<task>__<algo>.npz`, and `release/README.md` gets a table: agent,
 task, env steps, that seed's final evaluation return (10 held-out episodes at
 the end of training), the mean over 20 new held-out episodes
 (scripts/evaluate.py's interval), the check return the test replays, and
-the exact training command. The folder stays under 10 MB.
+the exact training command. The folder stays under 15 MB.
 """
 
 import os
@@ -23,14 +24,38 @@ import glob
 import json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "docs", "results", "standard")
+RESULTS = (os.path.join(ROOT, "docs", "results", "standard"),
+           os.path.join(ROOT, "docs", "results", "humanoid"))
 RELEASE = os.path.join(ROOT, "release")
 ORDER = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo")
 EPISODES = 20
-LIMIT_BYTES = 10 * 2**20
+LIMIT_BYTES = 15 * 2**20
 
 
-def build(results: str = RESULTS, release: str = RELEASE, episodes: int = EPISODES) -> list:
+def best_seeds(results) -> dict:
+    """{(task, algo): (final return, policy file, seed index in it, seed,
+    result)} of the seed with the highest final evaluation return, over every
+    result JSON with a policy file in the `results` folders (the standard
+    benchmark keeps a file per run, the humanoid one a file per seed)."""
+    import numpy as np
+    best = {}
+    for folder in results:
+        for path in sorted(glob.glob(os.path.join(folder, "*__*.json"))):
+            source = path[: -len(".json")] + ".policy.npz"
+            if not os.path.exists(source):
+                continue
+            with open(path) as f:
+                r = json.load(f)
+            finals = [s[-1] for s in r["eval_returns"]]
+            index = int(np.argmax(finals))
+            seed = r.get("seed", r["config"]["seed"] + index)
+            key = (r["task"], r["algo"])
+            if key not in best or finals[index] > best[key][0]:
+                best[key] = (finals[index], source, index, seed, r)
+    return best
+
+
+def build(results=RESULTS, release: str = RELEASE, episodes: int = EPISODES) -> list:
     import jax
     import numpy as np
 
@@ -41,26 +66,19 @@ def build(results: str = RESULTS, release: str = RELEASE, episodes: int = EPISOD
 
     os.makedirs(release, exist_ok=True)
     rows = []
-    for path in sorted(glob.glob(os.path.join(results, "*__*.json"))):
-        with open(path) as f:
-            r = json.load(f)
-        source = path[: -len(".json")] + ".policy.npz"
-        if not os.path.exists(source):
-            continue
-        finals = [s[-1] for s in r["eval_returns"]]
-        best = int(np.argmax(finals))
-        out = os.path.join(release, f"{r['task']}__{r['algo']}.npz")
-        header = export.main([source, "--seed-index", str(best), "--out", out])
+    for (task, algo), (final, source, index, seed, r) in sorted(best_seeds(results).items()):
+        out = os.path.join(release, f"{task}__{algo}.npz")
+        header = export.main([source, "--seed-index", str(index), "--out", out])
         policy = pol.load_policy(out)
         returns = pol.episode_returns(policy, jax.random.split(jax.random.PRNGKey(1), episodes))
         lo, hi = plot.bootstrap_ci(returns)
         rows.append(
             dict(
-                algo=r["algo"],
-                task=r["task"],
+                algo=algo,
+                task=task,
                 steps=r["eval_steps"][-1],
-                seed=r["config"]["seed"] + best,
-                final=finals[best],
+                seed=seed,
+                final=final,
                 mean=float(np.mean(returns)),
                 lo=lo,
                 hi=hi,
@@ -73,7 +91,7 @@ def build(results: str = RESULTS, release: str = RELEASE, episodes: int = EPISOD
     rows.sort(key=lambda x: (x["task"], ORDER.index(x["algo"]) if x["algo"] in ORDER else 99))
     total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(release, "*")))
     if total > LIMIT_BYTES:
-        raise SystemExit(f"release/ holds {total / 2**20:.1f} MB, over the 10 MB limit")
+        raise SystemExit(f"release/ holds {total / 2**20:.1f} MB, over the 15 MB limit")
     with open(os.path.join(release, "README.md"), "w") as f:
         f.write(readme(rows))
     return rows
@@ -85,7 +103,9 @@ def readme(rows: list) -> str:
         "",
         "The best seed (highest final evaluation return) of each run of the standard",
         "benchmark (`python scripts/benchmark.py standard`: walker_walk and cheetah_run,",
-        "2 seeds per run, default configs, native physics), exported by",
+        "2 seeds per run, default configs, native physics) and of the humanoid benchmark",
+        "(`python scripts/benchmark.py humanoid`: 2 core-hours per seed, each agent's",
+        "humanoid defaults, native physics), exported by",
         "`scripts/release.py` with `scripts/export.py`. Each file holds that seed's actor",
         "parameters, observation statistics, config, task, agent, format version,",
         "evaluation return and a check return (one deterministic native episode from a",
@@ -117,7 +137,8 @@ def readme(rows: list) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--results", default=RESULTS)
+    p.add_argument("--results", nargs="+", default=list(RESULTS),
+                   help="folders of benchmark results (default: standard and humanoid)")
     p.add_argument("--release", default=RELEASE)
     p.add_argument("--episodes", type=int, default=EPISODES)
     return p

@@ -336,10 +336,13 @@ def test_evaluate_prints_mean_and_interval(trained, capsys):
 
 def test_release_files_reproduce_their_check():
     """Every shipped policy still loads and replays its recorded check episode,
-    and the release holds every agent on both standard tasks."""
+    and the release holds every agent on both standard tasks and every
+    (task, agent) of the humanoid benchmark's committed results."""
     paths = sorted(glob.glob(os.path.join(ROOT, "release", "*.npz")))
     algos = ("ddpg", "td3", "d4pg", "td4", "sac", "mpo", "ppo")
     expected = {f"{t}__{a}.npz" for t in ("walker_walk", "cheetah_run") for a in algos}
+    humanoid = glob.glob(os.path.join(ROOT, "docs", "results", "humanoid", "*__*__seed*.json"))
+    expected |= {"__".join(os.path.basename(p).split("__")[:2]) + ".npz" for p in humanoid}
     assert {os.path.basename(p) for p in paths} == expected
     for path in paths:
         policy = load_policy(path)
