@@ -46,7 +46,8 @@ def curve(run_dir: str) -> Dict:
     sps, _ = plot.read_seed(seeds[0], "charts/sps")
     return dict(steps=[int(s) for s in series.steps], returns=[float(v) for v in series.values],
                 seconds=[float(t) for t in series.times],
-                sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values) else None)
+                sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values)
+                else None)
 
 
 def record(name: str, run_dir: str, command: str, note: str = "") -> Dict:
@@ -82,7 +83,8 @@ def table(out: str = OUT) -> str:
              + " | ".join(f"{m} min" for m in MARKS) + " | best | note |",
              "|---|---|---|---|" + "---|" * len(MARKS) + "---|---|"]
     for r in rows:
-        marks = [at_minutes(r, m) if r["seconds"] and r["seconds"][-1] >= m * 60 - 90 else None
+        # a mark the run reached (within 10%: a 30-minute probe ends near 28-30 min)
+        marks = [at_minutes(r, m) if r["seconds"] and r["seconds"][-1] >= 0.9 * m * 60 else None
                  for m in MARKS]
         cells = ["" if v is None else f"{v:.0f}" for v in marks]
         minutes = r["seconds"][-1] / 60 if r["seconds"] else 0
@@ -112,19 +114,19 @@ def main() -> None:
     r.add_argument("name")
     r.add_argument("--core", type=int)
     r.add_argument("--note", default="")
-    r.add_argument("cmd", nargs=argparse.REMAINDER)
     c = sub.add_parser("record")
     c.add_argument("name")
     c.add_argument("run_dir")
     c.add_argument("--command", required=True)
     c.add_argument("--note", default="")
     sub.add_parser("table")
-    a = p.parse_args()
+    argv = sys.argv[1:]
+    cmd = argv[argv.index("--") + 1:] if "--" in argv else []
+    a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     os.makedirs(LOGS, exist_ok=True)
     if a.mode == "run":
-        argv = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
-        run(a.name, a.core, argv, a.note)
+        run(a.name, a.core, cmd, a.note)
     elif a.mode == "record":
         record(a.name, a.run_dir, a.command, a.note)
     print(table())
