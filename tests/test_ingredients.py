@@ -5,6 +5,7 @@ SimBa critic torso (off-policy agents), the exploration-noise schedule
 E-step, and the per-domain defaults (TASK_DEFAULTS) that make
 `python algos/<agent>.py --env humanoid_walk` run the recipe."""
 import dataclasses
+import functools
 import importlib
 
 import jax
@@ -82,30 +83,43 @@ def test_clip_by_global_norm_matches_optax_and_is_off_at_zero():
         assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(same), jax.tree.leaves(g)))
 
 
+@functools.lru_cache(maxsize=None)
+def compiled(algo):
+    """One tiny program per agent, shared by this file's training checks:
+    the SimBa critic torso, acting from step 0 with an exploration std
+    decaying from 0 to 0.5 over 1000 env steps (deterministic agents)."""
+    mod = module(algo)
+    kw = dict(critic_torso="simba", simba_width=8, simba_blocks=2, learning_starts=0)
+    if algo in DETERMINISTIC:
+        kw.update(exploration_noise=0.0, exploration_noise_final=0.5,
+                  exploration_decay_steps=1000)
+    config = tiny(algo, **kw)
+    train = mod.make_train(config)
+    return (mod, config, train, jax.jit(train.init), jax.jit(train.update),
+            jax.jit(train.iteration))
+
+
 @pytest.mark.parametrize("algo", OFF_POLICY)
 def test_max_grad_norm_bounds_every_update_and_simba_critic_learns(algo):
     """One update from a full replay, with the SimBa critic torso: under a
     tiny --max-grad-norm Adam's first step shrinks by orders of magnitude
     (its first step is g / (|g| + eps), so only a clipped |g| << eps moves
     it); at 0 (off) the update is the unclipped one."""
-    mod = module(algo)
-    config = tiny(algo, critic_torso="simba", simba_width=8, simba_blocks=2)
-    train = mod.make_train(config)
+    mod, config, train, init, update, _ = compiled(algo)
     key = jax.random.PRNGKey(0)
-    init, update = jax.jit(train.init), jax.jit(train.update)
+    state = init(key)
+    fill = jax.jit(replay.synthetic, static_argnums=2)
+    state = state._replace(replay=fill(state.replay, key, train.env.episode_length))
 
     def one_update(max_grad_norm):
         hp = mod.AGENT.hparams(dataclasses.replace(config, max_grad_norm=max_grad_norm))
-        state = init(key, hp)
-        state = state._replace(replay=replay.synthetic(state.replay, key,
-                                                       train.env.episode_length))
-        new, metrics = update(state, 0)
-        return state, new, metrics
+        new, metrics = update(state._replace(hp=hp), 0)
+        return new, metrics
 
-    state, free, metrics = one_update(0.0)
+    free, metrics = one_update(0.0)
     assert all(np.isfinite(v) for v in jax.tree.leaves(metrics))
-    _, clipped, _ = one_update(1e-12)
-    _, loose, _ = one_update(1e9)
+    clipped, _ = one_update(1e-12)
+    loose, _ = one_update(1e9)
     for part in ("critic_params", "actor_params"):
         moved = max_change(getattr(free, part), getattr(state, part))
         assert moved > 1e-5, part
@@ -151,12 +165,8 @@ def test_noise_schedule_is_linear_then_constant():
 def test_exploration_noise_follows_its_schedule_in_training(algo):
     """Acting with std 0 decaying to 0.5 over 1000 env steps: the stored
     action equals the policy's at step 0, differs from it after the decay."""
-    mod = module(algo)
-    config = tiny(algo, learning_starts=0, exploration_noise=0.0, exploration_noise_final=0.5,
-                  exploration_decay_steps=1000)
-    train = mod.make_train(config)
-    state = jax.jit(train.init)(jax.random.PRNGKey(0))
-    iteration = jax.jit(train.iteration)
+    mod, config, train, init, _, iteration = compiled(algo)
+    state = init(jax.random.PRNGKey(0))
     act = mod.make_act(config, train.env)
 
     def deviation(i):
