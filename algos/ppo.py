@@ -134,7 +134,7 @@ class Config:
 # the ones it uses. Found by one-core probes (docs/results/humanoid/probes.md).
 TASK_DEFAULTS = {"humanoid": dict(
     num_envs=512, num_steps=32, total_timesteps=40_000_000, eval_every=2_000_000,
-    checkpoint_every=5_000_000, num_minibatches=8, update_epochs=8, gamma=0.99,
+    checkpoint_every=5_000_000, num_minibatches=8, update_epochs=4, gamma=0.99,
     learning_rate=3e-4, clip_coef=0.2, ent_coef=1e-3, reward_scaling=1.0, obs_clip=5.0,
     actor_hidden_sizes=(256, 256), critic_hidden_sizes=(256, 256), init_log_std=-0.5)}
 

@@ -129,7 +129,10 @@ class Config:
 TASK_DEFAULTS = {"humanoid": dict(
     num_envs=256, updates_per_step=0.0625, total_timesteps=10_000_000, eval_every=500_000,
     checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
-    exploration_noise=0.2,)}
+    exploration_noise=0.2,
+    # one actor and target update per critic update: with one update per 16 env steps
+    # the paper's delay of 2 halves the actor's updates and delays take-off by ~1M env steps
+    policy_delay=1)}
 
 
 def validate(config: Config) -> None:
