@@ -94,7 +94,31 @@ def table(out: str = OUT) -> str:
     text = "\n".join(lines) + "\n"
     with open(os.path.join(os.path.dirname(out), "probes.md"), "w") as f:
         f.write(text)
+    if rows:
+        figure(rows, os.path.join(os.path.dirname(out), "probes.png"))
     return text
+
+
+def figure(rows: List[Dict], path: str) -> str:
+    """Eval return against the probe's own minutes (left) and env steps (right)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for r in rows:
+        line, = axes[0].plot(np.asarray(r["seconds"]) / 60, r["returns"], lw=1.3,
+                             label=r["name"])
+        axes[1].plot(np.asarray(r["steps"]) / 1e6, r["returns"], lw=1.3, color=line.get_color())
+    axes[0].set(title="humanoid_walk probes: eval return vs minutes on one core",
+                xlabel="minutes (compile included)", ylabel="eval return (10 episodes)")
+    axes[1].set(title="vs env steps", xlabel="env steps (millions)", ylabel="eval return")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
 
 
 def run(name: str, core: Optional[int], argv: List[str], note: str) -> Dict:

@@ -226,3 +226,20 @@ def test_humanoid_tasks_run_the_agents_recipe_and_flags_override_it(algo, capsys
                                                                            env="cheetah_run")
     # every value of the recipe is one the agent accepts
     spec.validate(spec.config_for("humanoid_walk"))
+
+
+def test_documented_paper_settings_undo_every_humanoid_default():
+    """docs/humanoid.md gives one command line per agent that runs the
+    paper's settings on a humanoid task: each parses to the plain Config."""
+    import os
+    import shlex
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                        "humanoid.md")
+    text = open(path).read().split("## The paper's settings", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in text.splitlines() if ln.startswith("python algos/")]
+    assert sorted(ln.split()[1] for ln in lines) == sorted(f"algos/{a}.py" for a in ALGOS)
+    for line in lines:
+        argv = shlex.split(line)[2:]
+        spec = module(line.split()[1][len("algos/"):-len(".py")]).AGENT
+        config = cli.parse(spec, argv)
+        assert config == dataclasses.replace(spec.Config(), env=config.env), line
