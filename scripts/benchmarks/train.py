@@ -60,6 +60,10 @@ def add_arguments(t) -> None:
                         "(0: skip; the `learn` mode's table is the fixed-budget comparison)")
     t.add_argument("--efficiency-iters", type=int, default=300,
                    help="iterations per timed call of the loop-efficiency table (0: skip it)")
+    t.add_argument("--torso-costs", action="store_true",
+                   help="only the critic-torso table: each off-policy agent's update and loop "
+                        "with the SimBa critic torso against the layer-normed MLP, at 256 envs "
+                        "and 1 update per 16 env steps (the humanoid recipes' setting)")
     t.add_argument("--quick", action="store_true",
                    help="smoke check: cartpole_balance, tiny nets, few steps")
 
@@ -68,6 +72,11 @@ def run(args) -> int:
     import jax
     if args.ppo_mjx_envs is None:
         args.ppo_mjx_envs = 128 if jax.default_backend() == "cpu" else 1024
+    if args.torso_costs:
+        args.tasks = ["cartpole_balance"] if args.quick else args.tasks
+        print_torso_table(torso_costs(args.algos, args.tasks, 20 if args.quick else 100,
+                                      2 if args.quick else 5, args.quick))
+        return 0
     if args.quick:
         args.tasks, args.steps_1env, args.steps_many = ["cartpole_balance"], 300, 5120
         args.budget = 0
@@ -492,3 +501,41 @@ def print_train_table(rows) -> None:
         print(f"{r['task']:<16} {r['agent']:<34} {r['backend']:<7} {r['setting']:<30} "
               f"{r['sps']:>11.0f} {ratio:>6} {fmt(r['ms_update'], '.2f'):>9} "
               f"{fmt(r['eval_return'], '.1f'):>11} {fmt(r['wall'], '.0f'):>7}")
+
+
+TORSOS = {"mlp + layer norm": dict(critic_layer_norm=True),
+          "simba 128 x 1 block": dict(critic_torso="simba", simba_width=128, simba_blocks=1),
+          "simba 128 x 2 blocks": dict(critic_torso="simba", simba_width=128, simba_blocks=2)}
+
+
+def torso_costs(algos, tasks, iters: int = 100, repeats: int = 5, quick: bool = False) -> list:
+    """Per off-policy agent and task, `loop_efficiency` of each critic torso of
+    TORSOS at 256 envs and 1 update per 16 env steps (batch 256, [256, 256])."""
+    small = dict(batch_size=32, hidden_sizes=(32, 32), buffer_size=10_000) if quick else {}
+    num_envs = 4 if quick else 256
+    rows = []
+    for task in tasks:
+        for algo in algos:
+            if algo not in OFF_POLICY:
+                continue
+            for name, torso in TORSOS.items():
+                r = loop_efficiency(algo, task, num_envs, 1 / 16, iters=iters, repeats=repeats,
+                                    **small, **torso)
+                rows.append(dict(task=task, agent=algo, torso=name, **r))
+    return rows
+
+
+def print_torso_table(rows) -> None:
+    print("\ncritic torso cost at 256 envs, 1 update per 16 env steps (compile excluded; "
+          "medians): update = one gradient update alone; loop = the whole iteration per env "
+          "step; ratios against the same agent's layer-normed MLP")
+    head = (f"{'task':<16} {'agent':<6} {'torso':<22} {'update ms':>9} {'x mlp':>6} "
+            f"{'loop ms/step':>12} {'x mlp':>6}")
+    print(head)
+    print("-" * len(head))
+    base = {(r["task"], r["agent"]): r for r in rows if r["torso"] == next(iter(TORSOS))}
+    for r in rows:
+        b = base[(r["task"], r["agent"])]
+        print(f"{r['task']:<16} {r['agent']:<6} {r['torso']:<22} {r['ms_update']:>9.2f} "
+              f"{r['ms_update'] / b['ms_update']:>5.2f}x {r['ms_loop']:>12.3f} "
+              f"{r['ms_loop'] / b['ms_loop']:>5.2f}x")
