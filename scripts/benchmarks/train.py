@@ -63,7 +63,8 @@ def add_arguments(t) -> None:
     t.add_argument("--torso-costs", action="store_true",
                    help="only the critic-torso table: each off-policy agent's update and loop "
                         "with the SimBa critic torso against the layer-normed MLP, at 256 envs "
-                        "and 1 update per 16 env steps (the humanoid recipes' setting)")
+                        "and 1 update per 16 env steps (the humanoid recipes' setting; "
+                        "--efficiency-iters iterations per timing, 32 is enough)")
     t.add_argument("--quick", action="store_true",
                    help="smoke check: cartpole_balance, tiny nets, few steps")
 
@@ -74,8 +75,9 @@ def run(args) -> int:
         args.ppo_mjx_envs = 128 if jax.default_backend() == "cpu" else 1024
     if args.torso_costs:
         args.tasks = ["cartpole_balance"] if args.quick else args.tasks
-        print_torso_table(torso_costs(args.algos, args.tasks, 20 if args.quick else 100,
-                                      2 if args.quick else 5, args.quick))
+        print_torso_table(torso_costs(args.algos, args.tasks,
+                                      20 if args.quick else args.efficiency_iters,
+                                      2 if args.quick else 3, args.quick))
         return 0
     if args.quick:
         args.tasks, args.steps_1env, args.steps_many = ["cartpole_balance"], 300, 5120
