@@ -126,7 +126,7 @@ NOISE_TYPES = ("gaussian", "ou")
 TASK_DEFAULTS = {"humanoid": dict(
     num_envs=256, updates_per_step=0.0625, total_timesteps=10_000_000, eval_every=500_000,
     checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
-    exploration_noise=0.2, n_step=5,)}
+    exploration_noise=0.2, n_step=5)}
 
 
 def validate(config: Config) -> None:
