@@ -131,7 +131,7 @@ def run(name: str, core: Optional[int], argv: List[str], note: str) -> Dict:
     return record(name, run_dir, " ".join(shlex.quote(a) for a in argv), note)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
     r = sub.add_parser("run")
@@ -144,6 +144,11 @@ def main() -> None:
     c.add_argument("--command", required=True)
     c.add_argument("--note", default="")
     sub.add_parser("table")
+    return p
+
+
+def main() -> None:
+    p = build_parser()
     argv = sys.argv[1:]
     cmd = argv[argv.index("--") + 1:] if "--" in argv else []
     a = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
