@@ -83,7 +83,8 @@ def _int_fields(config_cls):
     return out
 
 
-ZERO_ALLOWED = {"eval_every", "checkpoint_every", "learning_starts"}  # 0: "only at the end" / none
+ZERO_ALLOWED = {"eval_every", "checkpoint_every", "learning_starts",  # 0: "only at the end" / none
+                "exploration_decay_steps"}  # 0: a constant exploration std
 
 
 @pytest.mark.parametrize("algo", sorted(AGENTS))
