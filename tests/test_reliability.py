@@ -27,8 +27,14 @@ AGENTS = {"ddpg": ddpg, "td3": td3, "d4pg": d4pg, "td4": td4, "sac": sac, "mpo":
 # --------------------------------------------------------------------- several devices
 
 def _readme_command(marker: str) -> str:
-    with open(os.path.join(ROOT, "README.md")) as f:
-        (line,) = [ln.strip() for ln in f if ln.strip().startswith(marker)]
+    """The one command line starting with `marker` in README.md and docs/*.md."""
+    import glob
+    lines = []
+    for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
+                                                                                "*.md"))):
+        with open(path) as f:
+            lines += [ln.strip() for ln in f if ln.strip().startswith(marker)]
+    (line,) = lines
     return line
 
 
