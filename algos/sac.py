@@ -81,7 +81,8 @@ class Config:
     critic_lr: float = 3e-4
     """critic learning rate (Adam)"""
     max_grad_norm: float = 0.0
-    """clip the global norm of each actor and critic gradient to this (0: off)"""
+    """clip the global norm of each actor and critic gradient to this (0: off; a sweep of it
+    needs a nonzero value here)"""
     alpha_lr: float = 3e-4
     """temperature learning rate (Adam on log alpha)"""
     init_alpha: float = 1.0
@@ -248,8 +249,11 @@ def make_train(config: Config) -> agent.Train:
 
     actor = Actor(config.hidden_sizes, A)
     critic = TwinCritic(networks.critic_torso(config))
-    actor_tx = lambda hp: agent.adam(hp.actor_lr, hp.max_grad_norm)  # traced (swept)
-    critic_tx = lambda hp: agent.adam(hp.critic_lr, hp.max_grad_norm)
+    # learning rates and the clip bound are traced (swept); no clipping stage at all when
+    # --max-grad-norm is 0, so that the default program is the one without clipping
+    clip = (lambda hp: hp.max_grad_norm) if config.max_grad_norm > 0 else (lambda hp: None)
+    actor_tx = lambda hp: agent.adam(hp.actor_lr, clip(hp))
+    critic_tx = lambda hp: agent.adam(hp.critic_lr, clip(hp))
     alpha_tx = lambda hp: agent.adam(hp.alpha_lr)
     box = agent.action_box(env)  # squashed sample [-1, 1] -> env units
     obs_in = lambda stats, obs: (normalize.normalize(stats, obs, config.obs_clip)

@@ -89,7 +89,9 @@ def compiled(algo):
     the SimBa critic torso, acting from step 0 with an exploration std
     decaying from 0 to 0.5 over 1000 env steps (deterministic agents)."""
     mod = module(algo)
-    kw = dict(critic_torso="simba", simba_width=8, simba_blocks=2, learning_starts=0)
+    # a nonzero --max-grad-norm builds the clipping stage; its bound is traced (0: off)
+    kw = dict(critic_torso="simba", simba_width=8, simba_blocks=2, learning_starts=0,
+              max_grad_norm=1e9)
     if algo in DETERMINISTIC:
         kw.update(exploration_noise=0.0, exploration_noise_final=0.5,
                   exploration_decay_steps=1000)
