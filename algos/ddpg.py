@@ -229,9 +229,9 @@ def make_train(config: Config) -> agent.Train:
 
     actor = Actor(config.hidden_sizes, A)
     critic = Critic(networks.critic_torso(config))
-    # learning rates and the clip bound are traced (swept); no clipping stage at all when
-    # --max-grad-norm is 0, so that the default program is the one without clipping
-    clip = (lambda hp: hp.max_grad_norm) if config.max_grad_norm > 0 else (lambda hp: None)
+    # learning rates and the clip bound are traced (swept); at --max-grad-norm 0 there is
+    # no clipping stage, so the default program is the one without it
+    clip = lambda hp: hp.max_grad_norm if config.max_grad_norm > 0 else None
     actor_tx = lambda hp: agent.adam(hp.actor_lr, clip(hp))
     critic_tx = lambda hp: agent.adam(hp.critic_lr, clip(hp))
     box = agent.action_box(env)  # actor's tanh output [-1, 1] -> env units

@@ -394,8 +394,11 @@ def make_train(config: Config) -> agent.Train:
 
     actor = Actor(config.hidden_sizes, A)
     critic = Critic(networks.critic_torso(config))
-    actor_tx = lambda hp: agent.adam(hp.actor_lr, hp.max_grad_norm)  # traced (swept)
-    critic_tx = lambda hp: agent.adam(hp.critic_lr, hp.max_grad_norm)
+    # learning rates and the clip bound are traced (swept); at --max-grad-norm 0 there is
+    # no clipping stage, so the default program is the one without it
+    clip = lambda hp: hp.max_grad_norm if config.max_grad_norm > 0 else None
+    actor_tx = lambda hp: agent.adam(hp.actor_lr, clip(hp))
+    critic_tx = lambda hp: agent.adam(hp.critic_lr, clip(hp))
     dual_tx = lambda hp: agent.adam(hp.dual_lr)
     box = agent.action_box(env)
     to_env = lambda a: box.clip(box.to_env(a))  # policy units -> env units, within the bounds

@@ -40,7 +40,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import standard
-from .util import JOBS, ROOT, cpu_model, git_commit, tool
+from .util import JOBS, ROOT, git_commit, machine, tool, write_json
 
 DOC = __doc__
 HELP = ("every agent on humanoid_walk (the best also on stand and run) at 2 hours of one core "
@@ -153,12 +153,10 @@ def calibrate(algo: str, out: str, log_dir: str, core: Optional[int], quick: boo
     rate = float((sps.steps[-2] - sps.steps[k]) / (sps.times[-2] - sps.times[k]))
     entry = dict(env_steps_per_s=rate, steps=steps, task=task, core=core,
                  date=time.strftime("%Y-%m-%d"), commit=git_commit(mark_dirty=False),
-                 machine=f"{os.cpu_count()} cores, {cpu_model('unknown CPU')}")
+                 machine=machine())
     rates = json.load(open(rates_path)) if os.path.exists(rates_path) else {}
     rates[algo] = entry
-    with open(rates_path + ".tmp", "w") as f:
-        json.dump(rates, f, indent=1, sort_keys=True)
-    os.replace(rates_path + ".tmp", rates_path)
+    write_json(rates_path, rates)
     print(f"  calibration {algo}: {rate:.0f} env steps/s alone on one core", flush=True)
     return entry
 
@@ -209,13 +207,10 @@ def one_run(task: str, algo: str, seed: int, rate: Dict, out: str, log_dir: str,
         eval_seconds=c["seconds"], wall_s=wall,
         sps=(c["steps"][-1] - c["steps"][0]) / span if span > 0 else float("nan"),
         resumed=resumed, shared_machine=shared, commit=commit, date=time.strftime("%Y-%m-%d"),
-        machine=f"{os.cpu_count()} cores, {cpu_model('unknown CPU')}", core=core)
+        machine=machine(), core=core)
     np.savez_compressed(result_path(out, task, algo, seed, ".policy.npz"),
                         **standard.policy_leaves(os.path.join(run_dir, "checkpoint.npz")))
-    path = result_path(out, task, algo, seed)
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(result_path(out, task, algo, seed), result)
     return result
 
 

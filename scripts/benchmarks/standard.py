@@ -33,7 +33,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from . import published
-from .util import JOBS, ROOT, cpu_model, git_commit, tool
+from .util import JOBS, ROOT, git_commit, machine, tool, write_json
 
 DOC = __doc__
 HELP = ("every agent at 100k env steps (PPO at equal wall-clock) on walker_walk and cheetah_run, "
@@ -165,17 +165,11 @@ def one_run(algo: str, task: str, steps: int, out: str, log_dir: str, eval_every
         wall_s=wall, train_s=train_s,
         sps_per_seed=(c["steps"][-1] - c["steps"][0]) / span if span > 0 else float("nan"),
         resumed=resumed, shared_machine=shared, commit=commit, date=time.strftime("%Y-%m-%d"),
-        machine=_machine(), core=core)
+        machine=machine(), core=core)
     np.savez_compressed(result_path(out, task, algo, ".policy.npz"),
                         **policy_leaves(os.path.join(run_dir, "checkpoint.npz")))
-    with open(result_path(out, task, algo) + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(result_path(out, task, algo) + ".tmp", result_path(out, task, algo))
+    write_json(result_path(out, task, algo), result)
     return result
-
-
-def _machine() -> str:
-    return f"{os.cpu_count()} cores, {cpu_model('unknown CPU')}"
 
 
 # --------------------------------------------------------------------------- the plan

@@ -54,6 +54,19 @@ def cpu_model(default: str) -> str:
         return default
 
 
+def machine() -> str:
+    """The machine line of a result file: cores and CPU model."""
+    return f"{os.cpu_count()} cores, {cpu_model('unknown CPU')}"
+
+
+def write_json(path: str, obj) -> None:
+    """Write `obj` to `path` atomically (a half-written file never replaces a good one)."""
+    import json
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=False)
+    os.replace(path + ".tmp", path)
+
+
 def git_commit(mark_dirty: bool = True) -> str:
     """The short commit of the checkout; with `mark_dirty`, a note when
     tracked files have uncommitted changes."""
