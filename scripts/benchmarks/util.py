@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 import subprocess
@@ -61,9 +62,8 @@ def machine() -> str:
 
 def write_json(path: str, obj) -> None:
     """Write `obj` to `path` atomically (a half-written file never replaces a good one)."""
-    import json
     with open(path + ".tmp", "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=False)
+        json.dump(obj, f, indent=1)
     os.replace(path + ".tmp", path)
 
 
