@@ -88,3 +88,18 @@ def test_table_reports_quarter_half_and_full_budget_beside_roxie(tmp_path):
 def test_at_fraction_takes_the_last_evaluation_within_it(fraction, expected):
     r = fake_result("humanoid_walk", "td3", 1, [10.0 * (k + 1) for k in range(12)])
     assert humanoid.at_fraction(r, fraction)[0] == expected
+
+
+def test_a_pause_between_sessions_changes_neither_rate_nor_core_hours():
+    """A run resumed in a later session: its clock includes the pause, its
+    rate and its budget clock must not."""
+    steps = [100_000 * (k + 1) for k in range(6)]
+    steady = [100.0 * (k + 1) for k in range(6)]
+    paused = steady[:3] + [t + 86_400.0 for t in steady[3:]]
+    assert humanoid.active_rate(steps, steady) == pytest.approx(1000.0)
+    assert humanoid.active_rate(steps, paused) == pytest.approx(1000.0)
+    r = fake_result("humanoid_walk", "td3", 1, [1.0] * 12, steps=7_200_000, rate=1000.0)
+    r["eval_seconds"] = [[t + (86_400.0 if k >= 6 else 0.0) for k, t in
+                          enumerate(r["eval_seconds"][0])]]
+    assert humanoid.core_hours(r)[-1] == pytest.approx(2.0)
+    assert humanoid.core_hours(r)[5] == pytest.approx(1.0)

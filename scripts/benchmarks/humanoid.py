@@ -197,7 +197,6 @@ def one_run(task: str, algo: str, seed: int, rate: Dict, out: str, log_dir: str,
     c = standard.curves(run_dir)
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
-    span = c["seconds"][0][-1] - c["seconds"][0][0]
     i = cmd.index("--log-dir")
     result = dict(
         algo=algo, task=task, seed=seed, steps=config["total_timesteps"], budget_s=BUDGET_S,
@@ -205,13 +204,28 @@ def one_run(task: str, algo: str, seed: int, rate: Dict, out: str, log_dir: str,
                                      *cmd[i + 2:]]),
         config=config, eval_steps=c["steps"], eval_returns=c["returns"],
         eval_seconds=c["seconds"], wall_s=wall,
-        sps=(c["steps"][-1] - c["steps"][0]) / span if span > 0 else float("nan"),
+        sps=active_rate(c["steps"], c["seconds"][0]),
         resumed=resumed, shared_machine=shared, commit=commit, date=time.strftime("%Y-%m-%d"),
         machine=machine(), core=core)
     np.savez_compressed(result_path(out, task, algo, seed, ".policy.npz"),
                         **standard.policy_leaves(os.path.join(run_dir, "checkpoint.npz")))
     write_json(result_path(out, task, algo, seed), result)
     return result
+
+
+def active_rate(steps: List[int], seconds: List[float]) -> float:
+    """Env steps/s while the run was running: the median over evaluation
+    intervals, so the pause of a run resumed in a later session (its clock
+    includes the pause) does not count."""
+    rates = [(s1 - s0) / (t1 - t0) for s0, s1, t0, t1 in
+             zip(steps, steps[1:], seconds, seconds[1:]) if t1 > t0]
+    return float(np.median(rates)) if rates else float("nan")
+
+
+def core_hours(r: Dict) -> np.ndarray:
+    """The budget's clock: env steps over the rate measured alone, so 2.0 is
+    the whole budget whatever ran beside the run or paused it."""
+    return np.asarray(r["eval_steps"]) / r["rate"]["env_steps_per_s"] / 3600
 
 
 def humanoid_mode(out: str = RESULTS, jobs: int = JOBS, quick: bool = False,
@@ -320,11 +334,11 @@ def figure(rows: List[Dict], path: str) -> str:
                 kw = dict(color=colors.get(algo), alpha=0.85, lw=1.3,
                           ls="-" if k == 0 else "--", label=f"{algo} seed {r['seed']}")
                 row[0].plot(np.asarray(r["eval_steps"]) / 1e6, r["eval_returns"][0], **kw)
-                row[1].plot(np.asarray(r["eval_seconds"][0]) / 3600, r["eval_returns"][0], **kw)
+                row[1].plot(core_hours(r), r["eval_returns"][0], **kw)
         row[0].set(title=f"{task}: eval return vs env steps", xlabel="env steps (millions)",
                    ylabel="eval return (10 episodes)")
-        row[1].set(title=f"{task}: vs core-hours (one core per seed)", xlabel="core-hours",
-                   ylabel="eval return")
+        row[1].set(title=f"{task}: vs core-hours (one core per seed)",
+                   xlabel="core-hours (env steps / rate alone)", ylabel="eval return")
         for ax in row:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, ncol=2)
