@@ -279,8 +279,10 @@ def merged(rows: List[Dict]) -> Dict[Tuple[str, str], List[Dict]]:
 
 
 def at_fraction(r: Dict, fraction: float) -> Optional[Tuple[float, int]]:
-    """(return, env steps) of the last evaluation within `fraction` of the budget."""
-    limit = fraction * r["steps"] * (1 + 1e-6)
+    """(return, env steps) of the evaluation at `fraction` of the budget: the
+    last one before the mark plus half an evaluation interval, since the loop
+    rounds each evaluation's step up to a whole chunk of env steps."""
+    limit = (fraction + 0.5 / EVALS) * r["steps"]
     hits = [(v, s) for v, s in zip(r["eval_returns"][0], r["eval_steps"]) if s <= limit]
     return hits[-1] if hits else None
 
