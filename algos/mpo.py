@@ -126,6 +126,8 @@ class Config:
     """initial Lagrange multiplier of the mean constraint"""
     init_alpha_stddev: float = 1000.0
     """initial Lagrange multiplier of the std constraint"""
+    init_std: float = 0.7
+    """policy std at initialisation (the exploration noise before the M-step shrinks it)"""
     per_dim_constraining: bool = True
     """one KL constraint (and multiplier) per action dimension instead of one in total"""
     action_penalization: bool = True
@@ -175,24 +177,25 @@ def validate(config: Config) -> None:
                          "buffer_size", "batch_size", "n_step", "updates_per_step", "num_samples",
                          "epsilon", "epsilon_mean", "epsilon_stddev", "epsilon_penalty",
                          "init_temperature",
-                         "init_alpha_mean", "init_alpha_stddev")
+                         "init_alpha_mean", "init_alpha_stddev", "init_std")
     agent.check_off_policy(config)
 
 
 # ----------------------------------------------------------------------------- Networks
 
-INIT_STD, MIN_STD = 0.7, 1e-6
+MIN_STD = 1e-6
 MIN_DUAL_PARAM = -18.0  # dual parameters are projected to >= this (softplus(-18) ~ 1.5e-8)
 
 
 class Actor(nn.Module):
-    """Diagonal Gaussian: mean and std (softplus, about INIT_STD at init).
+    """Diagonal Gaussian: mean and std (softplus, about init_std at init).
     The torso is Acme's LayerNormMLP (first layer layer-normalised and
     squashed by tanh, then elu): with a plain ReLU torso, unnormalised
     velocities of tens drove the std head of some states to MIN_STD, where
     the KL to the target policy reached 1e7 and swamped the M-step."""
     hidden_sizes: Tuple[int, ...]
     action_size: int
+    init_std: float = 0.7
 
     @nn.compact
     def __call__(self, obs):
@@ -200,7 +203,8 @@ class Actor(nn.Module):
         for h in self.hidden_sizes[1:]:
             x = nn.elu(nn.Dense(h)(x))
         mean = nn.Dense(self.action_size)(x)
-        std = nn.softplus(nn.Dense(self.action_size)(x)) * (INIT_STD / jnp.log(2.0)) + MIN_STD
+        scale = self.init_std / jnp.log(2.0)  # softplus(0) = log 2
+        std = nn.softplus(nn.Dense(self.action_size)(x)) * scale + MIN_STD
         return mean, std
 
 
@@ -396,7 +400,7 @@ def make_train(config: Config) -> agent.Train:
     buffer = replay.layout(config, env)
     E, A, N = config.num_envs, env.action_size, config.num_samples
 
-    actor = Actor(config.hidden_sizes, A)
+    actor = Actor(config.hidden_sizes, A, config.init_std)
     critic = Critic(networks.critic_torso(config))
     # learning rates and the clip bound are traced (swept); at --max-grad-norm 0 there is
     # no clipping stage, so the default program is the one without it
@@ -515,7 +519,7 @@ def make_act(config: Config, env: envs.Env):
     """act(state, obs, key, deterministic) -> action in env units, from the
     train state's policy (observations normalised as in training): the
     Gaussian's mean when deterministic, else a sample; clipped to the bounds."""
-    actor = Actor(config.hidden_sizes, env.action_size)
+    actor = Actor(config.hidden_sizes, env.action_size, config.init_std)
     box = agent.action_box(env)
 
     def act(state, obs, key, deterministic=True):
