@@ -195,7 +195,7 @@ class Actor(nn.Module):
     the KL to the target policy reached 1e7 and swamped the M-step."""
     hidden_sizes: Tuple[int, ...]
     action_size: int
-    init_std: float = 0.7
+    init_std: float  # Config.init_std
 
     @nn.compact
     def __call__(self, obs):

@@ -62,7 +62,8 @@ def test_act_is_the_clipped_mean(tiny_run):
     act = mpo.make_act(TINY, train.env)
     state = jax.tree.map(lambda x: x[0], tiny_run["final"])
     obs = jnp.asarray(tiny_run["final"].env_state.obs[0])
-    mean, _ = mpo.Actor(TINY.hidden_sizes, train.env.action_size).apply(state.actor_params, obs)
+    actor = mpo.Actor(TINY.hidden_sizes, train.env.action_size, TINY.init_std)
+    mean, _ = actor.apply(state.actor_params, obs)
     np.testing.assert_allclose(act(state, obs, None, True), jnp.clip(mean, -1, 1), rtol=1e-6)
     # push the mean far outside the bounds: actions stay within them
     params = jax.tree.map(lambda x: x, state.actor_params)
@@ -75,8 +76,8 @@ def test_act_is_the_clipped_mean(tiny_run):
 
 @pytest.mark.parametrize("init_std", [0.3, 0.7])
 def test_policy_std_starts_at_init_std(init_std):
-    """--init-std sets the exploration std the run starts from (the humanoid
-    recipe starts narrower than Acme's 0.7)."""
+    """--init-std sets the exploration std the run starts from (Acme's 0.7 by
+    default)."""
     actor = mpo.Actor((32, 32), 6, init_std)
     obs = jax.random.normal(jax.random.PRNGKey(1), (64, 10))
     params = actor.init(jax.random.PRNGKey(0), obs[0])
