@@ -27,6 +27,7 @@ MODES = {  # mode: its module in scripts/benchmarks/, in the order --help lists 
     "standard": "standard",
     "humanoid": "humanoid",
     "profile": "profile_loop",
+    "accelerator": "accelerator",
 }
 
 

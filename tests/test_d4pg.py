@@ -1,6 +1,8 @@
 """D4PG end to end: smoke on both backends, seeds, resume, bad input, the
 categorical projection and target, learning. Tiny networks and budgets; the
 compiled program is shared by the module."""
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -44,8 +46,9 @@ def test_smoke_mjx():
 
 # --------------------------------------------------------------------- categorical critic
 
-def test_projection():
-    checks.check_projection(d4pg.categorical_projection)
+@pytest.mark.parametrize("dense", [False, True], ids=["scatter (CPU)", "dense (accelerator)"])
+def test_projection(dense):
+    checks.check_projection(functools.partial(d4pg.categorical_projection, dense=dense))
 
 
 def test_td_target_projects_the_target_critic_distribution():

@@ -2,6 +2,7 @@
 categorical projection, distributional clipped double-Q, learning. Tiny
 networks and budgets; the compiled program is shared by the module."""
 import dataclasses
+import functools
 import inspect
 
 import jax
@@ -48,8 +49,9 @@ def test_smoke_mjx():
 
 # --------------------------------------------------------------------- categorical critic
 
-def test_projection():
-    checks.check_projection(td4.categorical_projection)
+@pytest.mark.parametrize("dense", [False, True], ids=["scatter (CPU)", "dense (accelerator)"])
+def test_projection(dense):
+    checks.check_projection(functools.partial(td4.categorical_projection, dense=dense))
 
 
 def test_projection_is_the_same_code_as_d4pg():

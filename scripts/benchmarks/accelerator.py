@@ -1,0 +1,363 @@
+"""`accelerator` mode: where an off-policy update's time goes on the device JAX
+runs on (a TPU or GPU; it runs on a CPU the same way), and the 10-minute
+runs of the accelerator benchmark.
+
+    python scripts/benchmark.py accelerator update    # the update, taken apart
+    python scripts/benchmark.py accelerator runs      # every agent, 10 minutes each
+    python scripts/benchmark.py accelerator report    # table.md from the result JSONs
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+
+from .util import ROOT, git_commit, median, tool, write_json
+
+HELP = "the off-policy update taken apart on the accelerator, and the 10-minute runs"
+DOC = """`accelerator` mode, in three parts.
+
+update: on the default JAX device, each piece of an off-policy update timed
+  alone at each --batch-sizes (humanoid_walk shapes, [256, 256] networks),
+  medians of --repeats scans of --updates calls each, compile excluded:
+  * mlp         a bare TD3-shaped update (actor and twin critics, Adam) on a
+                batch already in device memory: the floor of the same shapes;
+    mlp@highest the same at float32 matmul precision `highest`;
+  * sample      replay.sample of n-step windows from a full 1M-transition buffer;
+  * add         replay.add of one step of 256 envs (once per iteration, not per update);
+  * proj        the categorical projection (101 atoms) as scatter-adds and as a
+                dense triangle-kernel product (D4PG, TD4);
+  then per agent (--algos), through the agent protocol at its humanoid recipe
+  with 256 envs and one update per 16 env steps: its update alone from a full
+  buffer (ms/update), acting (ms per env step: policy, physics on the host,
+  replay write) and the whole loop, as `train`'s loop-efficiency table.
+
+runs: every agent (--algos) on humanoid_walk (and --extra TASK:ALGO runs),
+  each its own command line `python algos/<algo>.py --env <task>` with no
+  recipe flag (what a user types; on an accelerator it picks the accelerator
+  recipe itself), started in a fresh process and stopped --minutes after its
+  start, compile included. Evaluation (10 held-out episodes) every
+  --eval-every env steps; the result JSON under docs/results/accelerator/
+  keeps the last evaluation within 2.5, 5 and 10 minutes with its env steps,
+  the env steps/s, the seconds to the first log (startup and compile), the
+  exact command and the machine; the policy of the last checkpoint beside it.
+
+report: docs/results/accelerator/table.md from the result JSONs."""
+
+OFF_POLICY = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")
+ALGOS = OFF_POLICY + ("ppo",)
+RESULTS = os.path.join(ROOT, "docs", "results", "accelerator")
+MARKS = (2.5, 5.0, 10.0)  # minutes
+RECIPE_ENVS, RECIPE_UPS = 256, 0.0625
+
+
+def add_arguments(p) -> None:
+    p.add_argument("part", choices=("update", "runs", "report"))
+    p.add_argument("--algos", nargs="+", default=None,
+                   help="agents (update: the off-policy six; runs: all seven)")
+    p.add_argument("--task", default="humanoid_walk")
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[256, 4096])
+    p.add_argument("--updates", type=int, default=64, help="update calls per timed scan")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--loop-iters", type=int, default=16,
+                   help="iterations per timed call of the per-agent loop rows (0: skip them)")
+    p.add_argument("--minutes", type=float, default=10.0, help="runs: wall-clock per run")
+    p.add_argument("--eval-every", type=int, default=500_000, help="runs: env steps")
+    p.add_argument("--extra", nargs="*", default=[], metavar="TASK:ALGO",
+                   help="runs: more runs (e.g. humanoid_run:d4pg)")
+    p.add_argument("--flags", default="", help="runs: extra flags for every run's command")
+    p.add_argument("--out", default=None,
+                   help="runs: where the JSONs go (default docs/results/accelerator)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke check: cartpole_balance, tiny nets and batches, a 40 s run")
+
+
+def run(args) -> int:
+    from common.errors import UserError
+    if min(args.batch_sizes) < 1 or args.updates < 1 or args.repeats < 1 or args.minutes <= 0:
+        raise UserError("--batch-sizes, --updates, --repeats and --minutes must be positive")
+    out = args.out or (os.path.join(ROOT, "bench", "accelerator") if args.quick else RESULTS)
+    if args.part == "update":
+        rows = update_parts(args.task if not args.quick else "cartpole_balance",
+                            [16] if args.quick else args.batch_sizes,
+                            4 if args.quick else args.updates, args.repeats, args.quick)
+        print(parts_table(rows))
+        algos = args.algos or (("td3",) if args.quick else OFF_POLICY)
+        if args.loop_iters > 0:
+            print(agents_table(agent_rows(algos, args, 4 if args.quick else args.loop_iters)))
+        return 0
+    if args.part == "runs":
+        task = "cartpole_balance" if args.quick else args.task
+        runs = [(task, a) for a in (args.algos or ALGOS)]
+        runs += [tuple(x.split(":")) for x in args.extra]
+        for task, algo in runs:
+            r = timed_run(task, algo, out, 0.67 if args.quick else args.minutes,
+                          args.eval_every, args.flags.split(), args.quick)
+            print(f"{task} {algo}: " + ", ".join(
+                f"{m} min {v if v is None else round(v)}" for m, v in zip(MARKS, r["marks"])))
+    print(write_table(load(out), out))
+    return 0
+
+
+# --------------------------------------------------------------------------- the update, apart
+
+def device_line() -> str:
+    import jax
+    d = jax.devices()[0]
+    return f"{d.platform} {d.device_kind} ({jax.device_count()} device(s)), {os.cpu_count()} cores"
+
+
+def scan_timer(body: Callable, carry, n: int, repeats: int) -> float:
+    """Median seconds of one `body` call, from `repeats` jitted scans of `n`
+    calls (compile and the first call excluded)."""
+    import jax
+    import jax.numpy as jnp
+    f = jax.jit(lambda c: jax.lax.scan(lambda c, i: (body(c, i), None), c, jnp.arange(n))[0])
+    carry = jax.block_until_ready(f(carry))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        carry = jax.block_until_ready(f(carry))
+        times.append(time.perf_counter() - t0)
+    return median(times) / n
+
+
+def bare_update(obs_size: int, action_size: int, batch: int, hidden=(256, 256)):
+    """(step, carry): a TD3-shaped update on a resident batch, nothing else."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    class MLP(nn.Module):
+        out: int
+
+        @nn.compact
+        def __call__(self, x):
+            for h in hidden:
+                x = nn.relu(nn.Dense(h)(x))
+            return nn.Dense(self.out)(x)
+
+    actor, critic = MLP(action_size), nn.vmap(MLP, variable_axes={"params": 0},
+                                             split_rngs={"params": True}, in_axes=None,
+                                             axis_size=2)(1)
+    k = jax.random.split(jax.random.PRNGKey(0), 6)
+    obs = jax.random.normal(k[0], (batch, obs_size))
+    act = jax.random.uniform(k[1], (batch, action_size), minval=-1, maxval=1)
+    rew = jax.random.uniform(k[2], (batch,))
+    x = jnp.concatenate([obs, act], -1)
+    pa, pc = actor.init(k[3], obs), critic.init(k[4], x)
+    tx = optax.adam(3e-4)
+
+    def step(carry, i):
+        pa, pc, ta, tc, oa, oc = carry
+        a2 = jnp.tanh(actor.apply(ta, obs))
+        y = rew + 0.99 * critic.apply(tc, jnp.concatenate([obs, a2], -1)).min(0)[..., 0]
+        lc, gc = jax.value_and_grad(lambda p: ((critic.apply(p, x)[..., 0] - y) ** 2).mean())(pc)
+        uc, oc = tx.update(gc, oc)
+        pc = optax.apply_updates(pc, uc)
+        la, ga = jax.value_and_grad(lambda p: -critic.apply(
+            pc, jnp.concatenate([obs, jnp.tanh(actor.apply(p, obs))], -1))[0].mean())(pa)
+        ua, oa = tx.update(ga, oa)
+        pa = optax.apply_updates(pa, ua)
+        polyak = lambda t, p: optax.incremental_update(p, t, 0.005)
+        return pa, pc, polyak(ta, pa), polyak(tc, pc), oa, oc
+
+    return step, (pa, pc, pa, pc, tx.init(pa), tx.init(pc))
+
+
+def update_parts(task: str, batch_sizes: List[int], n: int, repeats: int,
+                 quick: bool = False) -> List[Dict]:
+    import jax
+    import jax.numpy as jnp
+    from algos import d4pg
+    from common import envs, replay
+    env = envs.make(task, "native")
+    D, A = env.observation_size, env.action_size
+    E = 16 if quick else RECIPE_ENVS
+    rows_per_env = (4096 if quick else 1_000_000) // E
+    buf = replay.init(rows_per_env, E, D, A, replay.final_slots(rows_per_env, env.episode_length))
+    buf = jax.jit(lambda b: replay.synthetic(b, jax.random.PRNGKey(1), env.episode_length))(buf)
+    hidden = (16, 16) if quick else (256, 256)
+    out = []
+    for B in batch_sizes:
+        row = {"batch": B}
+        step, carry = bare_update(D, A, B, hidden)
+        row["mlp"] = scan_timer(step, carry, n, repeats)
+        with jax.default_matmul_precision("highest"):
+            row["mlp@highest"] = scan_timer(step, carry, n, repeats)
+
+        def sample(c, i):
+            b = replay.sample(buf, jax.random.fold_in(jax.random.PRNGKey(2), i), B, 5, 0.99)
+            return c + b.obs.sum() + b.next_obs.sum() + b.reward.sum()
+        row["sample"] = scan_timer(sample, jnp.zeros(()), n, repeats)
+        probs = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(3), (B, 101)))
+        reward = jax.random.uniform(jax.random.PRNGKey(4), (B,)) * 10
+        for name, dense in (("proj scatter", False), ("proj dense", True)):
+            project = lambda c, i, dense=dense: c + d4pg.categorical_projection(
+                reward + c, jnp.full((B,), 0.95), probs, 0.0, 100.0, dense=dense)[:, 0].sum()
+            row[name] = scan_timer(project, jnp.zeros(()), n, repeats)
+        out.append(row)
+        print(f"  batch {B}: " + ", ".join(f"{k} {1e3 * v:.3f} ms" for k, v in row.items()
+                                           if k != "batch"), flush=True)
+    obs = jnp.zeros((E, D))
+
+    def add(b, i):
+        return replay.add(b, obs + i, jnp.zeros((E, A)), jnp.zeros(E), jnp.zeros(E, bool),
+                          jnp.zeros(E, bool), obs, jnp.ones(E, bool))
+    add_s = scan_timer(add, buf, n, repeats)
+    for row in out:
+        row["add"] = add_s
+    return out
+
+
+def parts_table(rows: List[Dict]) -> str:
+    names = [k for k in rows[0] if k != "batch"]
+    lines = [f"The update taken apart on {device_line()} (ms per call, median):", "",
+             "| batch | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    lines += [f"| {r['batch']} | " + " | ".join(f"{1e3 * r[k]:.3f}" for k in names) + " |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def agent_rows(algos, args, iters: int) -> List[Dict]:
+    from . import train
+    rows = []
+    for algo in algos:
+        spec = train.load_algo(algo).AGENT
+        recipe = {k: v for k, v in spec.defaults_for("humanoid_walk").items()
+                  if k not in ("num_envs", "updates_per_step", "total_timesteps", "eval_every",
+                               "checkpoint_every")}
+        if args.quick:
+            recipe = dict(hidden_sizes=(16, 16), buffer_size=4096)
+        for B in ([16] if args.quick else args.batch_sizes):
+            task = "cartpole_balance" if args.quick else args.task
+            r = train.loop_efficiency(algo, task, 16 if args.quick else RECIPE_ENVS,
+                                      0.25 if args.quick else RECIPE_UPS, iters, args.repeats,
+                                      **{**recipe, "batch_size": B})
+            rows.append(dict(algo=algo, batch=B, **r))
+            print(f"  {algo} batch {B}: update {r['ms_update']:.3f} ms, acting "
+                  f"{1e3 * r['ms_acting']:.1f} us/env step, loop {1e3 * r['ms_loop']:.1f} "
+                  f"us/env step", flush=True)
+    return rows
+
+
+def agents_table(rows: List[Dict]) -> str:
+    lines = [f"Each agent at its humanoid recipe, {RECIPE_ENVS} envs, one update per "
+             f"{round(1 / RECIPE_UPS)} env steps, on {device_line()}:", "",
+             "| agent | batch | ms/update | acting us/env step | loop us/env step | "
+             "env steps/s | update share |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['algo']} | {r['batch']} | {r['ms_update']:.3f} | "
+                     f"{1e3 * r['ms_acting']:.1f} | {1e3 * r['ms_loop']:.1f} | "
+                     f"{1e3 / r['ms_loop']:,.0f} | {r['efficiency']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- 10-minute runs
+
+def result_path(out: str, task: str, algo: str, suffix: str = ".json") -> str:
+    return os.path.join(out, f"{task}__{algo}{suffix}")
+
+
+def load(out: str) -> List[Dict]:
+    rows = []
+    for path in sorted(glob.glob(os.path.join(out, "*__*.json"))):
+        with open(path) as f:
+            rows.append(json.load(f))
+    return rows
+
+
+def at_marks(seconds: List[float], values: List[float], steps: List[int]):
+    """The last (value, env steps) at or before each of MARKS minutes."""
+    out = []
+    for m in MARKS:
+        within = [(v, s) for t, v, s in zip(seconds, values, steps) if t <= m * 60]
+        out.append(within[-1] if within else (None, None))
+    return out
+
+
+def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
+              flags: List[str], quick: bool) -> Dict:
+    """The agent's own command, stopped `minutes` after its process started
+    (SIGINT: the run closes its logs and keeps its last checkpoint)."""
+    from . import standard
+    log_dir = os.path.join(ROOT, "bench", "accelerator_runs", f"{task}__{algo}")
+    tiny = ["--num-envs", "4", "--hidden-sizes", "16", "16", "--batch-size", "32",
+            "--learning-starts", "500"] if quick and algo != "ppo" else []
+    cmd = [sys.executable, os.path.join(ROOT, "algos", f"{algo}.py"), "--env", task,
+           "--total-timesteps", str(10 ** 9), "--eval-every", str(eval_every),
+           "--checkpoint-every", str(4 * eval_every), *tiny, *flags]
+    t0 = time.time()
+    proc = subprocess.Popen(cmd + ["--log-dir", log_dir], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        text, _ = proc.communicate(timeout=minutes * 60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            text, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+    wall = time.time() - t0
+    run_dir = sorted(glob.glob(os.path.join(log_dir, "*")), key=os.path.getmtime)[-1]
+    plot = tool("plot")
+    seed = sorted(glob.glob(os.path.join(run_dir, "seed_*")))[0]
+    ev, _ = plot.read_seed(seed, "eval/episode_return")
+    sps, _ = plot.read_seed(seed, "charts/sps")
+    first = min([t for t in list(sps.times) if t > 0] or [float("nan")])
+    # the writers' clocks start when the run directory is made: shift them to process start
+    t_open = os.path.getctime(os.path.join(run_dir, "config.json")) - t0
+    seconds = [float(t) + t_open for t in ev.times]
+    marks = at_marks(seconds, [float(v) for v in ev.values], [int(s) for s in ev.steps])
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    i = cmd.index("--total-timesteps")
+    result = dict(
+        task=task, algo=algo, minutes=minutes,
+        command=" ".join(["python", os.path.relpath(cmd[1], ROOT), *cmd[2:i]]),
+        runner_flags=" ".join(cmd[i:]), config=config,
+        eval_steps=[int(s) for s in ev.steps], eval_returns=[float(v) for v in ev.values],
+        eval_seconds=seconds, marks=[v for v, _ in marks], mark_steps=[s for _, s in marks],
+        first_log_s=float(first) + t_open, wall_s=wall,
+        sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values) else None,
+        first_line=next((ln for ln in text.splitlines() if ln.startswith(algo)), ""),
+        machine=device_line(), commit=git_commit(), date=time.strftime("%Y-%m-%d"))
+    os.makedirs(out, exist_ok=True)
+    ckpt = os.path.join(run_dir, "checkpoint.npz")
+    if os.path.exists(ckpt):
+        np.savez_compressed(result_path(out, task, algo, ".policy.npz"),
+                            **standard.policy_leaves(ckpt))
+    write_json(result_path(out, task, algo), result)
+    return result
+
+
+def write_table(rows: List[Dict], out: str) -> str:
+    lines = ["# The accelerator benchmark", "",
+             "Each agent's own command, no flag, stopped 10 minutes after its process "
+             "started (compile included); evaluation return (10 held-out episodes) at 2.5, 5 "
+             "and 10 minutes, env steps in brackets. Regenerate with "
+             "`python scripts/benchmark.py accelerator report`.", "",
+             "| task | command | machine | env steps/s | first log (s) | "
+             + " | ".join(f"{m:g} min" for m in MARKS) + " |",
+             "|---|---|---|---:|---:|" + "---:|" * len(MARKS)]
+    for r in rows:
+        cells = ["" if v is None else f"{v:.0f} ({s / 1e6:.1f}M)"
+                 for v, s in zip(r["marks"], r["mark_steps"])]
+        lines.append(f"| {r['task']} | `{r['command']}` | {r['machine']} | {r['sps'] or 0:,.0f} | "
+                     f"{r['first_log_s']:.0f} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    if rows:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "table.md"), "w") as f:
+            f.write(text)
+    return text
+
