@@ -46,7 +46,7 @@ class Config:
     env: str = "cheetah_run"
     """dm_control task, <domain>_<task>"""
     backend: str = "auto"
-    """physics backend: auto (mjx on an accelerator, else native), native or mjx"""
+    """physics backend: auto (native on a CPU or TPU, mjx on a GPU), native or mjx"""
     num_envs: int = 1
     """parallel envs per seed"""
     num_seeds: int = 1
@@ -65,6 +65,9 @@ class Config:
     """env steps between checkpoints (0: only at the end)"""
     resume: Optional[str] = None
     """checkpoint file or run directory to continue"""
+    compile_cache: bool = True
+    """keep compiled programs in JAX's persistent compilation cache ($RL_COMPILE_CACHE_DIR, else
+    ~/.cache/jax-mujoco-rl/xla); training programs stay out of it (host callbacks)"""
 
     buffer_size: int = 1_000_000
     """replay capacity in transitions (all envs of a seed together)"""

@@ -19,9 +19,11 @@ a step:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -57,43 +59,120 @@ def main(spec: agent.Agent, argv=None, sweep_specs: Optional[Sequence[str]] = No
     module docstring). `sweep_specs` (`name=v1,v2` strings, scripts/sweep.py):
     train every combination x seed in the same program. Members are sharded
     over the devices when JAX sees several. Returns (states, history)."""
-    from common import parallel
-    config = parse(spec, argv)
-    axes = check_inputs(spec, config, sweep_specs or ())
-    plan = plan_members(spec, config, axes)
-    header = read_resume(spec, plan) if config.resume else None
-    train = spec.make_train(config)  # validates sizes and memory
-    estimate = parallel.check_fits(train, plan.num_members, plan.mesh)
-    devices = 1 if plan.mesh is None else plan.mesh.devices.size
-    print(f"{spec.name} on {config.env}: backend {train.env.backend}, {config.num_seeds} seed(s) x "
-          f"{plan.num_members // config.num_seeds} combination(s) x {config.num_envs} env(s), "
-          f"{train.schedule.total_steps} env steps each; {plan.num_members} member(s) on "
-          f"{devices} device(s), about {estimate['total'] / 2**20:.1f} MiB of state")
-    run_dir, states, start_chunk = starting_point(spec, plan, train, header)
-    states, history, seconds = train_members(spec, plan, train, run_dir, states, start_chunk)
-    history = parallel.fetch(history)
+    from common import envs, parallel
+    config = parse(spec, argv, announce=False)
+    with compile_cache(config.compile_cache):
+        axes = check_inputs(spec, config, sweep_specs or ())
+        plan = plan_members(spec, config, axes)
+        header = read_resume(spec, plan) if config.resume else None
+        train = spec.make_train(config)  # validates sizes and memory
+        estimate = parallel.check_fits(train, plan.num_members, plan.mesh)
+        devices = 1 if plan.mesh is None else plan.mesh.devices.size
+        print(where_line(train.env, config.num_envs * plan.num_members // devices, devices),
+              flush=True)
+        warning = envs.backend_warning(config.backend)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        recipe = recipe_line(spec, config)
+        if recipe:
+            print(recipe)
+        print(f"{spec.name} on {config.env}: backend {train.env.backend}, {config.num_seeds} "
+              f"seed(s) x {plan.num_members // config.num_seeds} combination(s) x "
+              f"{config.num_envs} env(s), {train.schedule.total_steps} env steps each; "
+              f"{plan.num_members} member(s) on {devices} device(s), about "
+              f"{estimate['total'] / 2**20:.1f} MiB of state", flush=True)
+        run_dir, states, start_chunk = starting_point(spec, plan, train, header)
+        states, history, seconds = train_members(spec, plan, train, run_dir, states, start_chunk)
+        history = parallel.fetch(history)
     report(plan, run_dir, history, seconds, start_chunk >= train.schedule.num_chunks)
     return states, history
 
 
-def parse(spec: agent.Agent, argv) -> Any:
+def where_line(env, batch: int, devices: int) -> str:
+    """The first line of a run: where its physics runs (native MuJoCo on the
+    host threads that step `batch` envs at once, or MJX on the device) and
+    where it learns (the devices' kind)."""
+    from common import envs
+    learning = envs.describe_device()
+    return (f"physics: {envs.describe_physics(env, batch)}; learning: "
+            f"{f'{devices} x ' if devices > 1 else ''}{learning}")
+
+
+# --------------------------------------------------------------------------- compilation cache
+
+CACHE_VAR = "RL_COMPILE_CACHE_DIR"
+_CACHE_OPTIONS = ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
+                  "jax_persistent_cache_min_compile_time_secs",
+                  "jax_persistent_cache_min_entry_size_bytes")
+
+
+def compile_cache_dir() -> str:
+    """Where the compilation cache lives: $RL_COMPILE_CACHE_DIR, else
+    jax-mujoco-rl/xla under the user's cache directory ($XDG_CACHE_HOME or ~/.cache)."""
+    if os.environ.get(CACHE_VAR):
+        return os.environ[CACHE_VAR]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jax-mujoco-rl", "xla")
+
+
+@contextlib.contextmanager
+def compile_cache(enabled: bool):
+    """JAX's persistent compilation cache on (in `compile_cache_dir()`, every
+    program whatever its compile time) or off for what compiles inside; JAX's
+    settings as they were afterwards. JAX refuses to store a program with host
+    callbacks, which every training program has (docs/throughput.md)."""
+    from jax.experimental.compilation_cache import compilation_cache as cc
+    before = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
+    path = compile_cache_dir() if enabled else None
+    if path:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            print(f"warning: compilation cache off: cannot use {path!r} ({e.strerror}; "
+                  f"${CACHE_VAR} sets another directory)", file=sys.stderr, flush=True)
+            path = None
+    want = {"jax_enable_compilation_cache": bool(path), "jax_compilation_cache_dir": path,
+            "jax_persistent_cache_min_compile_time_secs": 0.0,
+            "jax_persistent_cache_min_entry_size_bytes": -1}
+
+    def apply(values):
+        for name, value in values.items():
+            jax.config.update(name, value)
+        cc.reset_cache()  # JAX settles the cache once per process otherwise
+
+    apply(want)
+    try:
+        yield path
+    finally:
+        apply(before)
+
+
+def parse(spec: agent.Agent, argv, announce: bool = True) -> Any:
     """The Config of the command line. The task (--env) is read first: where
     its domain has defaults of its own (the agent's TASK_DEFAULTS, e.g. the
     humanoid recipe), they replace the plain defaults, every flag given
-    still wins, and a line says which values came from them."""
+    still wins, and a line says which values came from them (`recipe_line`;
+    printed here when `announce`, else `main` prints it after the first line)."""
     import tyro
     argv = list(sys.argv[1:] if argv is None else argv)
     env = _flag_value(argv, "--env") or spec.Config().env
-    task = spec.defaults_for(env)
     config = tyro.cli(spec.Config, args=argv, description=spec.doc,
                       default=spec.config_for(env))
-    used = {k: v for k, v in task.items() if getattr(config, k) == v}
-    if used and "--help" not in argv and "-h" not in argv:
-        print(f"{env}: {spec.name}'s {env.split('_')[0]} defaults (TASK_DEFAULTS in "
-              f"algos/{spec.name}.py; any flag overrides them): "
-              + " ".join(as_flag(k, v) for k, v in used.items()),
-              flush=True)
+    line = recipe_line(spec, config)
+    if announce and line:
+        print(line, flush=True)
     return config
+
+
+def recipe_line(spec: agent.Agent, config) -> Optional[str]:
+    """Which values of `config` came from its task's TASK_DEFAULTS, or None."""
+    env = config.env
+    used = {k: v for k, v in spec.defaults_for(env).items() if getattr(config, k) == v}
+    if not used:
+        return None
+    return (f"{env}: {spec.name}'s {env.split('_')[0]} defaults (TASK_DEFAULTS in "
+            f"algos/{spec.name}.py; any flag overrides them): "
+            + " ".join(as_flag(k, v) for k, v in used.items()))
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
@@ -151,17 +230,39 @@ def seed_keys(seed: int, num_seeds: int) -> np.ndarray:
 
 def read_resume(spec: agent.Agent, plan: Plan) -> dict:
     """The header of the checkpoint to resume, refused when it is for another
-    agent, task or sweep, or when the run spans several processes."""
+    agent, task or sweep. In a run over several processes each process
+    resumes its own checkpoint (`own_checkpoint`), which must hold the
+    members this process runs."""
+    from common import parallel
     config = plan.config
-    header = ckpt.read_header(config.resume)
+    path = own_checkpoint(config.resume)
+    header = ckpt.read_header(path)
     for key, want in (("algo", spec.name), ("env", config.env), ("sweep", plan.sweep_meta)):
         if header.get(key) != want:
-            raise UserError(f"checkpoint {config.resume!r} is for {key}={header.get(key)!r}, "
+            raise UserError(f"checkpoint {path!r} is for {key}={header.get(key)!r}, "
                             f"not {want!r}")
     if jax.process_count() > 1:
-        raise UserError("--resume runs in a single process (each process of a multi-host run "
-                        "checkpoints only its own members)")
-    return header
+        local = parallel.local_members(plan.mesh, plan.num_members).tolist()
+        if header.get("members") != local:
+            raise UserError(f"checkpoint {path!r} holds members {header.get('members')}, but "
+                            f"process {jax.process_index()} of {jax.process_count()} runs "
+                            f"members {local}: resume with the processes and devices of the run")
+    return dict(header, path=path)
+
+
+def own_checkpoint(path: str) -> str:
+    """The checkpoint this process resumes from `path`. In a run over several
+    processes every process has its own run directory (`<run>__process<k>`),
+    so the same command resumes on every host: given any process's run
+    directory or checkpoint, or the run's name without the suffix, process
+    k takes `<run>__process<k>`."""
+    if jax.process_count() == 1:
+        return path
+    path = path.rstrip(os.sep)
+    directory, name = (os.path.dirname(path), os.path.basename(path)) \
+        if os.path.isfile(path) or path.endswith(".npz") else (path, ckpt.CHECKPOINT_FILE)
+    base = re.sub(r"__process\d+$", "", directory)
+    return os.path.join(f"{base}__process{jax.process_index()}", name)
 
 
 def starting_point(spec: agent.Agent, plan: Plan, train: agent.Train,
@@ -176,10 +277,15 @@ def starting_point(spec: agent.Agent, plan: Plan, train: agent.Train,
         if jax.process_count() > 1:
             run_dir += f"__process{jax.process_index()}"
         return run_dir, None, 0
-    template = jax.eval_shape(jax.vmap(train.init), plan.keys, plan.hps)
-    states, header = ckpt.load(config.resume, template, {
+    from common import parallel
+    local = parallel.local_members(plan.mesh, plan.num_members)
+    template = jax.eval_shape(jax.vmap(train.init), plan.keys[local],
+                              jax.tree.map(lambda x: np.asarray(x)[local], plan.hps))
+    states, header = ckpt.load(header["path"], template, {
         "algo": spec.name, "env": config.env, "num_seeds": config.num_seeds})
     start_chunk = int(header["chunk"]) + 1
+    parallel.check_same(start_chunk, "the chunk their checkpoints resume after",
+                        "resume from checkpoints of the same chunk")
     print(f"resuming {header['run_dir']} after chunk {start_chunk} of {train.schedule.num_chunks}")
     return header["run_dir"], states, start_chunk
 
@@ -229,8 +335,9 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
     ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
     init, run = parallel.compile_members(train, mesh, hooks)
     try:
-        if resumed:
-            states = parallel.put(states, mesh)
+        if resumed:  # this process's members
+            states = parallel.put(states, mesh, plan.num_members,
+                                  parallel.local_members(mesh, plan.num_members))
         else:
             states = init(parallel.put(plan.keys, mesh), parallel.put(plan.hps, mesh))
         t0 = time.time()

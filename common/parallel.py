@@ -89,15 +89,38 @@ def local_members(mesh: Optional[Mesh], members: int) -> np.ndarray:
     return np.sort(np.concatenate([np.arange(members)[s] for s in idx.values()]))
 
 
-def put(tree: Any, mesh: Optional[Mesh]) -> Any:
-    """Host arrays with a leading member axis -> device arrays sharded on it."""
+def put(tree: Any, mesh: Optional[Mesh], members: int = 0,
+        local: Optional[np.ndarray] = None) -> Any:
+    """Host arrays with a leading member axis -> device arrays sharded on it.
+    The host arrays hold every member, or, given the number of `members` and
+    this process's (`local_members`), only those, in that order."""
     if mesh is None:
         return jax.tree.map(jnp.asarray, tree)
     sharding = NamedSharding(mesh, P(AXIS))
     if jax.process_count() == 1:
         return jax.device_put(tree, sharding)
-    return jax.tree.map(lambda x: jax.make_array_from_callback(
-        np.shape(x), sharding, lambda i, x=np.asarray(x): x[i]), tree)
+    row = None if local is None else {int(m): r for r, m in enumerate(local)}
+
+    def shard(x):
+        x = np.asarray(x)
+        if row is None:
+            return jax.make_array_from_callback(np.shape(x), sharding, lambda i: x[i])
+        return jax.make_array_from_callback(
+            (members,) + x.shape[1:], sharding,
+            lambda i: x[[row[m] for m in range(members)[i[0]]]])
+    return jax.tree.map(shard, tree)
+
+
+def check_same(value: int, what: str, fix: str) -> None:
+    """Refuse, on every process at once, a run whose processes disagree on
+    `value` (a no-op in one process)."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+    values = np.asarray(multihost_utils.process_allgather(np.int32(value))).reshape(-1).tolist()
+    if len(set(values)) > 1:
+        each = ", ".join(f"process {k}: {v}" for k, v in enumerate(values))
+        raise UserError(f"the processes differ in {what} ({each}); {fix}")
 
 
 def fetch(tree: Any) -> Any:

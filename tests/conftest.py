@@ -5,6 +5,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 
+# Runs started by the tests keep JAX's compilation cache (common/cli.py, on by
+# default) in a directory of this session, not in the user's ~/.cache.
+if "RL_COMPILE_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    os.environ["RL_COMPILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="rl-tests-jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["RL_COMPILE_CACHE_DIR"], True)
+
 # One core per xdist worker, set before JAX and MuJoCo size their thread pools:
 # two workers (and their subprocesses) each with pools for both cores
 # oversubscribe them (test_td3.py and test_mpo.py on 2 workers, 2026-12-04:

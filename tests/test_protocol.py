@@ -18,7 +18,7 @@ from common import agent
 
 ALGOS = ("ddpg", "td3", "d4pg", "td4", "sac", "mpo", "ppo")
 SHARED = ("env", "backend", "num_envs", "num_seeds", "total_timesteps", "seed", "eval_every",
-          "eval_episodes", "log_dir", "checkpoint_every", "resume")
+          "eval_episodes", "log_dir", "checkpoint_every", "resume", "compile_cache")
 # PPO's on-policy budget: many envs, a longer run, rarer evaluations and checkpoints
 PPO_OWN = {"num_envs": 1024, "total_timesteps": 60_000_000, "eval_every": 5_000_000,
            "checkpoint_every": 5_000_000}

@@ -52,12 +52,16 @@ _MAXVAL = 1e10  # mjMAXVAL: MuJoCo's mj_checkPos/Vel/Acc reset beyond this
 
 
 def _mjx():
+    import contextlib
+    import io
     import logging
     import warnings
-    with warnings.catch_warnings():
+    # "Failed to import warp" (printed) on installs without warp: not the
+    # run's first line, which says where physics runs (common/cli.py)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         level = logging.getLogger().level
-        logging.getLogger().setLevel(logging.ERROR)  # "Failed to import warp" on CPU-only installs
+        logging.getLogger().setLevel(logging.ERROR)
         try:
             from mujoco import mjx
         finally:

@@ -172,6 +172,10 @@ class NativePhysics:
         self.warning_ids = np.asarray([int(w) for w in BAD_WARNINGS])
 
     # -- host side ---------------------------------------------------------
+    def threads(self, n: int) -> int:
+        """Threads the pool that steps `n` envs at once runs on."""
+        return max(1, min(self.nthread, n))
+
     def _batch(self, n: int, kind: str) -> mjbatch.Batch:
         """kind: "forward" (reset-time mj_forward), "step" (the substeps, plus
         the observation stage when there is no stage model) or "stage"."""
@@ -182,7 +186,7 @@ class NativePhysics:
                 model = copy_model(self.model)
                 D = mujoco.mjtDisableBit
                 model.opt.disableflags |= D.mjDSBL_CONSTRAINT | D.mjDSBL_SPRING | D.mjDSBL_DAMPER
-            b = mjbatch.Batch(model, n, nthread=min(self.nthread, n))
+            b = mjbatch.Batch(model, n, nthread=self.threads(n))
             fields = self.fields
             if kind == "step" and self._split(n):  # only acc-stage sensors
                 acc = len(self.acc_sensordata) and "sensordata" in fields

@@ -1,0 +1,145 @@
+"""What a run decides and says before it trains: the physics backend `auto`
+picks for the platform (CPU, TPU, GPU, faked here: CI has only a CPU), the
+first line (where physics and learning run), the one warning for MJX on a
+TPU, and JAX's persistent compilation cache (on by default, off with
+--no-compile-cache, refused by JAX for programs with host callbacks).
+Nothing here trains: the CLI is stopped where the run would start."""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algos import td3
+from common import cli, envs, hostcall
+from common.envs import native
+
+TINY = ["--env", "cartpole_balance", "--num-envs", "4", "--hidden-sizes", "8",
+        "--total-timesteps", "2000", "--learning-starts", "1000", "--eval-episodes", "1"]
+
+
+# --------------------------------------------------------------------- backend auto
+
+@pytest.mark.parametrize("platform, expected", [("cpu", "native"), ("tpu", "native"),
+                                                ("gpu", "mjx"), ("cuda", "mjx"),
+                                                ("rocm", "mjx")])
+def test_auto_picks_native_on_cpu_and_tpu_and_mjx_on_gpu(platform, expected, monkeypatch):
+    assert envs.resolve_backend("auto", platform) == expected
+    monkeypatch.setattr(envs, "current_platform", lambda: platform)
+    assert envs.resolve_backend("auto") == expected
+    assert envs.resolve_backend("native") == "native" and envs.resolve_backend("mjx") == "mjx"
+    # one warning line, for an explicit MJX on a TPU only
+    warning = envs.backend_warning("mjx")
+    assert (warning is not None) == (platform == "tpu")
+    if warning:
+        assert len(warning.splitlines()) == 1 and "minutes" in warning and "native" in warning
+    assert envs.backend_warning("native") is None and envs.backend_warning("auto") is None
+
+
+def test_auto_follows_this_machine_and_builds_that_env(monkeypatch):
+    assert envs.current_platform() == jax.default_backend()
+    monkeypatch.setattr(envs, "current_platform", lambda: "tpu")
+    assert envs.make("cartpole_balance", "auto", pool_size=2).backend == "native"
+    with pytest.raises(envs.UserError, match="unknown backend 'gpu'"):
+        envs.resolve_backend("gpu")
+
+
+class _Stop(Exception):
+    pass
+
+
+def _until_start(monkeypatch, capsys, argv):
+    """td3's CLI up to where the run would start (its lines printed, the
+    compilation cache set): (stdout lines, stderr lines, JAX's cache settings then)."""
+    seen = {}
+
+    def stop(*args):
+        seen.update(dir=jax.config.jax_compilation_cache_dir,
+                    on=jax.config.jax_enable_compilation_cache)
+        raise _Stop
+
+    monkeypatch.setattr(cli, "starting_point", stop)
+    with pytest.raises(_Stop):
+        td3.main(argv)
+    out, err = capsys.readouterr()
+    return out.splitlines(), err.splitlines(), seen
+
+
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
+def test_first_line_says_where_physics_and_learning_run(platform, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(envs, "current_platform", lambda: platform)
+    monkeypatch.setenv(cli.CACHE_VAR, str(tmp_path / "cache"))
+    out, err, _ = _until_start(monkeypatch, capsys, TINY + ["--log-dir", str(tmp_path)])
+    threads = min(native.default_threads(), 4)  # 4 envs a step call
+    device = jax.devices()[0]
+    assert out[0] == (f"physics: native MuJoCo on {threads} host thread"
+                      f"{'s' if threads > 1 else ''}; learning: {device.device_kind} "
+                      f"({device.platform})"), out
+    assert "backend native" in out[1] and not err
+    # explicit MJX: where it runs, and on a TPU one warning line
+    out, err, _ = _until_start(monkeypatch, capsys,
+                               TINY + ["--backend", "mjx", "--log-dir", str(tmp_path)])
+    assert out[0].startswith(f"physics: MJX on {device.device_kind} ({device.platform}); "), out
+    assert len(err) == (platform == "tpu") and all("--backend mjx on a TPU" in e for e in err)
+    # the task's recipe line comes after the first line
+    out, _, _ = _until_start(monkeypatch, capsys,
+                             ["--env", "humanoid_walk", "--num-envs", "4", "--buffer-size",
+                              "1000", "--hidden-sizes", "8", "--log-dir", str(tmp_path)])
+    assert out[0].startswith("physics: native MuJoCo") and "TASK_DEFAULTS" in out[1], out
+    assert not (tmp_path / "runs").exists()
+
+
+# --------------------------------------------------------------------- compilation cache
+
+def _entries(path):
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def test_compilation_cache_stores_programs_without_host_callbacks_only(monkeypatch, tmp_path):
+    """Every program but those with host callbacks (JAX refuses those: every
+    training program, docs/throughput.md); off, nothing is written; JAX's
+    settings are back as they were afterwards."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(cli.CACHE_VAR, str(cache))
+    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache)
+    x = jnp.arange(7.0, dtype=jnp.float32)   # shapes no other test compiles for
+    with cli.compile_cache(False):
+        jax.jit(lambda v: v * 3.0 - 1.0)(x).block_until_ready()
+    assert not cache.exists()
+    with cli.compile_cache(True) as path:
+        assert path == str(cache)
+        def plain(v):
+            return jnp.sin(v) * 2.0 + 0.5
+
+        def calls_the_host(v):
+            return hostcall.call(lambda a: a + 1, jax.ShapeDtypeStruct((7,), jnp.float32), v) * 2
+
+        np.testing.assert_allclose(jax.jit(plain)(x), np.sin(np.arange(7.0)) * 2 + 0.5,
+                                   rtol=1e-6)
+        stored = _entries(cache)
+        assert len(stored) == 1 and stored[0].startswith("jit_plain-"), stored
+        np.testing.assert_allclose(jax.jit(calls_the_host)(x), (np.arange(7.0) + 1) * 2)
+        assert _entries(cache) == stored      # refused: it calls the host
+    assert (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache) == before
+
+
+def test_cli_turns_the_cache_on_by_default_and_off_with_the_flag(monkeypatch, capsys, tmp_path):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(cli.CACHE_VAR, str(cache))
+    assert cli.parse(td3.AGENT, []).compile_cache is True
+    assert cli.parse(td3.AGENT, ["--no-compile-cache"]).compile_cache is False
+    argv = TINY + ["--log-dir", str(tmp_path)]
+    _, _, seen = _until_start(monkeypatch, capsys, argv)
+    assert seen == {"dir": str(cache), "on": True} and cache.is_dir()
+    _, _, seen = _until_start(monkeypatch, capsys, argv + ["--no-compile-cache"])
+    assert seen == {"dir": None, "on": False}
+    # the user's cache directory unless told otherwise
+    monkeypatch.delenv(cli.CACHE_VAR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cli.compile_cache_dir() == str(tmp_path / "xdg" / "jax-mujoco-rl" / "xla")
+    # a directory that cannot be made: one warning line, the run goes on without the cache
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(cli.CACHE_VAR, str(tmp_path / "file" / "cache"))
+    _, err, seen = _until_start(monkeypatch, capsys, argv)
+    assert seen["on"] is False and len(err) == 1 and "compilation cache off" in err[0], err
