@@ -101,7 +101,8 @@ def run(args) -> int:
             r = timed_run(task, algo, out, 0.67 if args.quick else args.minutes,
                           args.eval_every, args.flags.split(), args.quick)
             print(f"{task} {algo}: " + ", ".join(
-                f"{m} min {v if v is None else round(v)}" for m, v in zip(MARKS, r["marks"])))
+                f"{m:g} min {v if v is None else round(v)}"
+                for m, v in zip(r["mark_minutes"], r["marks"])), flush=True)
     print(write_table(load(out), out))
     return 0
 
@@ -275,10 +276,10 @@ def load(out: str) -> List[Dict]:
     return rows
 
 
-def at_marks(seconds: List[float], values: List[float], steps: List[int]):
-    """The last (value, env steps) at or before each of MARKS minutes."""
+def at_marks(seconds: List[float], values: List[float], steps: List[int], marks=MARKS):
+    """The last (value, env steps) at or before each of `marks` minutes."""
     out = []
-    for m in MARKS:
+    for m in marks:
         within = [(v, s) for t, v, s in zip(seconds, values, steps) if t <= m * 60]
         out.append(within[-1] if within else (None, None))
     return out
@@ -317,7 +318,10 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
     # the writers' clocks start when the run directory is made: shift them to process start
     t_open = os.path.getctime(os.path.join(run_dir, "config.json")) - t0
     seconds = [float(t) + t_open for t in ev.times]
-    marks = at_marks(seconds, [float(v) for v in ev.values], [int(s) for s in ev.steps])
+    # the last mark is the run's end: a device command may not last the whole 10 minutes
+    mark_minutes = [m for m in MARKS if m < minutes] + [minutes]
+    marks = at_marks(seconds, [float(v) for v in ev.values], [int(s) for s in ev.steps],
+                     mark_minutes)
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
     i = cmd.index("--total-timesteps")
@@ -327,9 +331,11 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
         runner_flags=" ".join(cmd[i:]), config=config,
         eval_steps=[int(s) for s in ev.steps], eval_returns=[float(v) for v in ev.values],
         eval_seconds=seconds, marks=[v for v, _ in marks], mark_steps=[s for _, s in marks],
+        mark_minutes=mark_minutes,
         first_log_s=float(first) + t_open, wall_s=wall,
         sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values) else None,
-        first_line=next((ln for ln in text.splitlines() if ln.startswith(algo)), ""),
+        first_lines=[ln for ln in text.splitlines()
+                     if ln.strip() and "\r" not in ln and "arn" not in ln][:4],
         machine=device_line(), commit=git_commit(), date=time.strftime("%Y-%m-%d"))
     os.makedirs(out, exist_ok=True)
     ckpt = os.path.join(run_dir, "checkpoint.npz")
@@ -346,12 +352,12 @@ def write_table(rows: List[Dict], out: str) -> str:
              "started (compile included); evaluation return (10 held-out episodes) at 2.5, 5 "
              "and 10 minutes, env steps in brackets. Regenerate with "
              "`python scripts/benchmark.py accelerator report`.", "",
-             "| task | command | machine | env steps/s | first log (s) | "
-             + " | ".join(f"{m:g} min" for m in MARKS) + " |",
-             "|---|---|---|---:|---:|" + "---:|" * len(MARKS)]
+             "| task | command | machine | env steps/s | first log (s) | 2.5 min | 5 min | end "
+             "(min) |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         cells = ["" if v is None else f"{v:.0f} ({s / 1e6:.1f}M)"
                  for v, s in zip(r["marks"], r["mark_steps"])]
+        cells[-1] += f" ({r.get('mark_minutes', MARKS)[-1]:g} min)"
         lines.append(f"| {r['task']} | `{r['command']}` | {r['machine']} | {r['sps'] or 0:,.0f} | "
                      f"{r['first_log_s']:.0f} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
