@@ -5,12 +5,17 @@
 a step:
 
 1. `parse`: tyro parses the agent's Config (the module docstring heads --help);
+   from here on JAX's persistent compilation cache is on (`compile_cache`,
+   unless --no-compile-cache);
 2. `check_inputs`: the agent's sizes, the backend, the task and the sweep
    axes, each refused with one line (exit status 2) before any work;
 3. `plan_members`: the members (seeds x sweep combinations, scripts/sweep.py),
    their keys and hyperparameters, the device mesh (common/parallel.py);
-4. `read_resume`: a checkpoint's header, refused for another agent, task or sweep;
-5. make_train, `parallel.check_fits` (the members' states must fit), a summary line;
+4. `read_resume`: a checkpoint's header (this process's own, `own_checkpoint`),
+   refused for another agent, task, sweep or set of members;
+5. make_train, `parallel.check_fits` (the members' states must fit); the first
+   line (`where_line`: where physics and learning run), a warning for MJX on
+   a TPU, the task's recipe line and a summary line;
 6. `starting_point`: a new run directory, or the checkpoint's states and chunk;
 7. `train_members`: logs and checkpoints (`open_run`'s hooks), init or
    the loaded states, the run under the stall `Watchdog`; a fresh run that

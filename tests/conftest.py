@@ -30,7 +30,8 @@ if _worker.startswith("gw") and hasattr(os, "sched_setaffinity"):
 # end (ranked by the seconds each file took on its pinned worker, 2026-12-04).
 LONGEST_FIRST = ("test_benchmark.py", "test_reliability.py", "test_sac.py", "test_td3.py",
                  "test_mpo.py", "test_ppo.py", "test_ingredients.py", "test_td4.py", "test_d4pg.py",
-                 "test_ddpg.py", "test_envs_mjx.py", "test_sweep.py", "test_policy.py")
+                 "test_ddpg.py", "test_multihost.py", "test_envs_mjx.py", "test_sweep.py",
+                 "test_policy.py")
 
 
 def pytest_collection_modifyitems(config, items):
