@@ -85,6 +85,8 @@ class RunLogger:
                 if np.isfinite(v):
                     w.add_scalar(name, v, step)
             w.add_scalar("charts/sps", sps, step)
+            if np.isfinite(metrics.get("eval/episode_return", np.nan)).any():
+                w.flush()  # evaluations are rare: a killed run keeps every one of them
         for name, attr in (("charts/episode_return", "last_return"),
                            ("eval/episode_return", "last_eval")):
             if name in metrics and np.isfinite(np.asarray(metrics[name])).any():

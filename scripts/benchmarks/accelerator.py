@@ -304,7 +304,7 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)
         try:
-            text, _ = proc.communicate(timeout=120)
+            text, _ = proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
             text, _ = proc.communicate()
@@ -335,7 +335,8 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
         first_log_s=float(first) + t_open, wall_s=wall,
         sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values) else None,
         first_lines=[ln for ln in text.splitlines()
-                     if ln.strip() and "\r" not in ln and "arn" not in ln][:4],
+                     if ln.strip() and "\r" not in ln and "GLFW" not in ln
+                     and "warnings.warn" not in ln][:4],
         machine=device_line(), commit=git_commit(), date=time.strftime("%Y-%m-%d"))
     os.makedirs(out, exist_ok=True)
     ckpt = os.path.join(run_dir, "checkpoint.npz")
