@@ -39,15 +39,23 @@ MARKS = (10, 20, 30, 60, 120)  # minutes
 
 
 def curve(run_dir: str) -> Dict:
-    """Evaluation returns of the run's first seed: steps, returns, seconds."""
+    """Evaluation returns of the run: steps, returns (the mean over its
+    seeds), seconds (the first seed's), and with several seeds each seed's
+    returns (`seed_returns`)."""
     import plot
-    seeds = sorted(glob.glob(os.path.join(run_dir, "seed_*")))
-    series, _ = plot.read_seed(seeds[0], "eval/episode_return")
+    seeds = sorted(glob.glob(os.path.join(run_dir, "seed_*")),
+                   key=lambda p: int(p.rsplit("_", 1)[1]))
+    series = [plot.read_seed(s, "eval/episode_return")[0] for s in seeds]
     sps, _ = plot.read_seed(seeds[0], "charts/sps")
-    return dict(steps=[int(s) for s in series.steps], returns=[float(v) for v in series.values],
-                seconds=[float(t) for t in series.times],
-                sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values)
-                else None)
+    n = min(len(x.values) for x in series)
+    out = dict(steps=[int(s) for s in series[0].steps[:n]],
+               returns=[float(np.mean([x.values[i] for x in series])) for i in range(n)],
+               seconds=[float(t) for t in series[0].times[:n]],
+               sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values)
+               else None)
+    if len(series) > 1:
+        out["seed_returns"] = [[float(v) for v in x.values[:n]] for x in series]
+    return out
 
 
 def record(name: str, run_dir: str, command: str, note: str = "") -> Dict:
@@ -75,7 +83,8 @@ def table(out: str = OUT) -> str:
             rows.append(json.load(f))
     rows.sort(key=lambda r: (r["config"]["env"], r["name"]))
     lines = ["# Humanoid recipe probes", "",
-             "One run per row, one seed, pinned to one core of a 2-core machine (two probes at "
+             "One run per row, one seed unless its note says (then the mean over seeds), "
+             "pinned to one core of a 2-core machine (two probes at "
              "a time). Returns are the mean of 10 deterministic evaluation episodes from held-out "
              "initial states, the last evaluation within each mark of the run's own wall-clock "
              "(compile included). Regenerate with `python scripts/probes.py table`.", "",
@@ -88,9 +97,14 @@ def table(out: str = OUT) -> str:
                  for m in MARKS]
         cells = ["" if v is None else f"{v:.0f}" for v in marks]
         minutes = r["seconds"][-1] / 60 if r["seconds"] else 0
+        note = r["note"]
+        if r.get("seed_returns"):
+            per = ", ".join(f"{v[-1]:.0f}" for v in r["seed_returns"])
+            note = (f"{len(r['seed_returns'])} seeds in one process (returns: their mean; "
+                    f"at the last evaluation {per})" + ("; " + note if note else ""))
         lines.append(f"| {r['name']} | `{r['command']}` | {r['sps'] or 0:.0f} | "
                      f"{r['steps'][-1] if r['steps'] else 0:,} ({minutes:.0f} min) | "
-                     + " | ".join(cells) + f" | {max(r['returns'] or [0]):.0f} | {r['note']} |")
+                     + " | ".join(cells) + f" | {max(r['returns'] or [0]):.0f} | {note} |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(os.path.dirname(out), "probes.md"), "w") as f:
         f.write(text)
