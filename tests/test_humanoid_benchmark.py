@@ -35,7 +35,7 @@ def test_budget_is_the_rate_measured_alone_times_two_hours():
 def fake_result(task, algo, seed, returns, steps=1_200_000, rate=1000.0):
     evals = [steps * (k + 1) // 12 for k in range(12)]
     return dict(algo=algo, task=task, seed=seed, steps=steps, rate={"env_steps_per_s": rate},
-                wall_s=7200.0,
+                wall_s=7200.0, schedule=humanoid.SCHEDULE,
                 eval_steps=evals[:len(returns)], eval_returns=[returns],
                 eval_seconds=[[600.0 * (k + 1) for k in range(len(returns))]])
 
@@ -81,6 +81,11 @@ def test_table_reports_quarter_half_and_full_budget_beside_roxie(tmp_path):
     run = next(line for line in text.splitlines() if line.startswith("| humanoid_run | d4pg"))
     assert [c.strip() for c in run.split("|")[1:-1]][4:8] == ["3", "3", "3", "692"]
     assert (tmp_path / "table.md").read_text().startswith("| task | agent |")
+    # a row of the first schedule (no `schedule` field) is marked
+    old = dict(fake_result("humanoid_stand", "d4pg", 1, [5.0] * 12), schedule=None)
+    stand = next(line for line in humanoid.table([old]).splitlines()
+                 if line.startswith("| humanoid_stand"))
+    assert [c.strip() for c in stand.split("|")[1:-1]][6] == "5 *"
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 
@@ -107,3 +112,25 @@ def test_a_pause_between_sessions_changes_neither_rate_nor_core_hours():
                           enumerate(r["eval_seconds"][0])]]
     assert humanoid.core_hours(r)[-1] == pytest.approx(2.0)
     assert humanoid.core_hours(r)[5] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("algo", ["d4pg", "ppo"])
+def test_budget_is_whole_evaluation_periods_so_the_12th_evaluation_ends_the_run(algo):
+    """A budget that was not a multiple of the period made every run
+    evaluate a 13th time one chunk after the 12th (issue 38)."""
+    from algos import d4pg, ppo
+    mod = {"d4pg": d4pg, "ppo": ppo}[algo]
+    chunk = humanoid.chunk_steps(algo, "humanoid_walk")
+    raw = humanoid.budget(2362.33)
+    steps = humanoid.whole_periods(raw, chunk)
+    assert raw - humanoid.EVALS * chunk < steps <= raw
+    cmd = humanoid.command(algo, "humanoid_walk", 1, steps, "x")
+    every = int(cmd[cmd.index("--eval-every") + 1])
+    config = mod.AGENT.config_for("humanoid_walk", total_timesteps=steps, eval_every=every,
+                                  checkpoint_every=every)
+    schedule = (mod.make_schedule(config) if algo == "ppo" else
+                d4pg.agent.make_schedule(config, iters_per_step_unit=1))
+    assert schedule.steps_per_chunk == chunk
+    # the last chunk is the 12th evaluation chunk: no evaluation after it
+    assert schedule.num_chunks == humanoid.EVALS * schedule.eval_every
+    assert schedule.total_steps == steps

@@ -168,6 +168,34 @@ def budget(rate: float, seconds: float = BUDGET_S) -> int:
     return int(rate * seconds)
 
 
+# Result files written since the schedule ends on its 12th evaluation say so; older
+# ones evaluated a 13th time a chunk or two after the 12th, and the table
+# read that one (marked in the table).
+SCHEDULE = "whole periods"
+
+
+def chunk_steps(algo: str, task: str, extra=()) -> int:
+    """Env steps per chunk of the agent's command on `task` (with `extra`
+    flags): evaluations and checkpoints fall on chunk ends."""
+    import importlib
+
+    import tyro
+
+    from common import agent
+    mod = importlib.import_module(f"algos.{algo}")
+    config = tyro.cli(mod.Config, args=list(extra), default=mod.AGENT.config_for(task))
+    if hasattr(mod, "make_schedule"):  # PPO: chunks of whole rollouts
+        return mod.make_schedule(config).steps_per_chunk
+    return agent.make_schedule(config,
+                               iters_per_step_unit=agent.update_period(config)[1]).steps_per_chunk
+
+
+def whole_periods(steps: int, chunk: int) -> int:
+    """The budget rounded down to EVALS evaluation periods of whole chunks,
+    so the 12th evaluation ends the run (at most EVALS chunks fewer)."""
+    return max(1, steps // EVALS // chunk) * chunk * EVALS
+
+
 # --------------------------------------------------------------------------- one run
 
 def command(algo: str, task: str, seed: int, steps: int, log_dir: str, extra=()) -> List[str]:
@@ -183,9 +211,11 @@ def one_run(task: str, algo: str, seed: int, rate: Dict, out: str, log_dir: str,
     """The agent's own command line, pinned to `core`; resumes its interrupted
     run directory when there is one; writes the result JSON and the policy."""
     q = QUICK if quick else None
-    steps = budget(rate["env_steps_per_s"], q["budget_s"] if q else BUDGET_S)
+    extra = q["extra"] if q else ()
+    steps = whole_periods(budget(rate["env_steps_per_s"], q["budget_s"] if q else BUDGET_S),
+                          chunk_steps(algo, task, extra))
     run_log = os.path.join(log_dir, f"{task}__{algo}__seed{seed}")
-    cmd = command(algo, task, seed, steps, run_log, q["extra"] if q else ())
+    cmd = command(algo, task, seed, steps, run_log, extra)
     dirs = sorted(glob.glob(os.path.join(run_log, "*")))
     resumed = bool(dirs and os.path.exists(os.path.join(dirs[-1], "checkpoint.npz")))
     run_cmd = cmd + (["--resume", dirs[-1]] if resumed else [])
@@ -208,7 +238,8 @@ def one_run(task: str, algo: str, seed: int, rate: Dict, out: str, log_dir: str,
         config=config, eval_steps=c["steps"], eval_returns=c["returns"],
         eval_seconds=c["seconds"], wall_s=wall,
         sps=active_rate(c["steps"], c["seconds"][0]),
-        resumed=resumed, shared_machine=shared, commit=commit, date=time.strftime("%Y-%m-%d"),
+        resumed=resumed, shared_machine=shared, schedule=SCHEDULE, commit=commit,
+        date=time.strftime("%Y-%m-%d"),
         machine=machine(), core=core)
     np.savez_compressed(result_path(out, task, algo, seed, ".policy.npz"),
                         **standard.policy_leaves(os.path.join(run_dir, "checkpoint.npz")))
@@ -309,6 +340,8 @@ def table(rows: List[Dict]) -> str:
                                                       order.get(kv[0][1], 99))):
         t = TASKS.index(task) if task in TASKS else None
         cells = [_cell([at_fraction(r, f) for r in seeds]) for f in (0.25, 0.5, 1.0)]
+        if any(r.get("schedule") != SCHEDULE for r in seeds):
+            cells[-1] += " *"
         steps = seeds[0]["eval_steps"][-1]
         roxie = ROXIE.get(algo)
         cpu, gpu = (("", "") if roxie is None or t is None
@@ -359,10 +392,14 @@ NOTE = ("Budgets differ: ours are 2 hours of one core per seed (the env-step bud
         "with one update per step. Returns: the last evaluation within each mark (10 "
         "deterministic episodes from held-out initial states), mean over seeds, each seed in "
         "brackets. Sources of the published values: published_sources.md.")
+OLD_SCHEDULE = (" A * marks rows run under the first schedule: their budget was not a whole "
+                "number of evaluation periods, so each run evaluated a 13th time, shortly after "
+                "the 12th (2,048 env steps later for D4PG), and the 2 h column reads that one; runs since end "
+                "on their 12th.")
 
 
 def write_report(rows: List[Dict], out: str) -> str:
-    text = table(rows) + "\n\n" + NOTE
+    text = table(rows) + "\n\n" + NOTE + OLD_SCHEDULE
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(text + "\n")
