@@ -394,8 +394,8 @@ NOTE = ("Budgets differ: ours are 2 hours of one core per seed (the env-step bud
         "brackets. Sources of the published values: published_sources.md.")
 OLD_SCHEDULE = (" A * marks rows run under the first schedule: their budget was not a whole "
                 "number of evaluation periods, so each run evaluated a 13th time, shortly after "
-                "the 12th (2,048 env steps later for D4PG), and the 2 h column reads that one; runs since end "
-                "on their 12th.")
+                "the 12th (2,048 env steps later for D4PG), and the 2 h column reads that one; "
+                "runs since end on their 12th.")
 
 
 def write_report(rows: List[Dict], out: str) -> str:
