@@ -173,3 +173,27 @@ def test_benchmark_package_has_no_import_cycle_and_every_mode_its_four_names():
         m = importlib.import_module(f"benchmarks.{module}")
         assert all(callable(getattr(m, f, None)) for f in ("add_arguments", "run")), mode
         assert isinstance(m.HELP, str) and isinstance(m.DOC, str) and m.DOC.strip(), mode
+
+
+def test_accelerator_update_quick_times_every_part_of_the_update():
+    r = _run("accelerator", "update", "--quick", "--loop-iters", "0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("| 16 |"))
+    times = [float(x) for x in row.strip("|").split("|")[1:]]
+    assert len(times) == 6 and all(t > 0 for t in times), row  # mlp ... add
+
+
+def test_accelerator_table_reads_the_marks_and_the_end(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from benchmarks import accelerator
+    seconds, returns, steps = [100.0, 140.0, 290.0, 315.0], [1.0, 50.0, 300.0, 400.0], \
+        [1, 2, 3, 4]
+    marks = accelerator.at_marks(seconds, returns, steps, (2.5, 5.0, 5.3))
+    assert marks == [(50.0, 2), (300.0, 3), (400.0, 4)]
+    row = dict(task="humanoid_walk", algo="d4pg", command="python algos/d4pg.py", machine="m",
+               sps=1000.0, first_log_s=50.0, marks=[v for v, _ in marks],
+               mark_steps=[4_000_000, 5_000_000, 6_000_000], mark_minutes=[2.5, 5.0, 5.3])
+    text = accelerator.write_table([row], str(tmp_path))
+    cells = [c.strip() for c in text.splitlines()[-1].split("|")[1:-1]]
+    assert cells[5:] == ["50 (4.0M)", "300 (5.0M)", "400 (6.0M) at 5.3 min"]
+    assert (tmp_path / "table.md").exists()

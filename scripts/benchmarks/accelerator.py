@@ -349,16 +349,18 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
 
 def write_table(rows: List[Dict], out: str) -> str:
     lines = ["# The accelerator benchmark", "",
-             "Each agent's own command, no flag, stopped 10 minutes after its process "
-             "started (compile included); evaluation return (10 held-out episodes) at 2.5, 5 "
-             "and 10 minutes, env steps in brackets. Regenerate with "
+             "Each agent's own command, no flag, stopped `--minutes` (10) after its process "
+             "started, compile included; evaluation return (10 held-out episodes) at 2.5 and 5 "
+             "minutes and at the run's end, env steps in brackets. Regenerate with "
              "`python scripts/benchmark.py accelerator report`.", "",
-             "| task | command | machine | env steps/s | first log (s) | 2.5 min | 5 min | end "
-             "(min) |", "|---|---|---|---:|---:|---:|---:|---:|"]
+             "| task | command | machine | env steps/s | first log (s) | 2.5 min | 5 min | "
+             "end |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        cells = ["" if v is None else f"{v:.0f} ({s / 1e6:.1f}M)"
-                 for v, s in zip(r["marks"], r["mark_steps"])]
-        cells[-1] += f" ({r.get('mark_minutes', MARKS)[-1]:g} min)"
+        got = dict(zip(r.get("mark_minutes", MARKS), zip(r["marks"], r["mark_steps"])))
+        cell = lambda v, s: "" if v is None else f"{v:.0f} ({s / 1e6:.1f}M)"
+        ends = r.get("mark_minutes", MARKS)[-1]
+        cells = [cell(*got.get(m, (None, None))) for m in MARKS[:2]]
+        cells.append(cell(*got[ends]) + f" at {ends:g} min")
         lines.append(f"| {r['task']} | `{r['command']}` | {r['machine']} | {r['sps'] or 0:,.0f} | "
                      f"{r['first_log_s']:.0f} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
