@@ -133,9 +133,22 @@ TASK_DEFAULTS = {"humanoid": dict(
     exploration_noise=0.2, n_step=5)}
 
 
+# The valid values of the float fields (agent.check_ranges; every float must also be
+# finite), checked before anything compiles: on the command line, in AGENT.config_for (so
+# TASK_DEFAULTS too) and for every swept value.
+RANGES = dict(
+    updates_per_step="(0, inf)", gamma="(0, 1]", tau="(0, 1]", actor_lr="(0, inf)",
+    critic_lr="(0, inf)", max_grad_norm="[0, inf) 0: off",
+    # the final std is also at most the first when it decays (agent.check_off_policy)
+    exploration_noise="[0, inf)", exploration_noise_final="[0, inf)",
+    ou_theta="(0, 1]",
+    obs_clip="(0, inf)")
+
+
 def validate(config: Config) -> None:
+    agent.check_ranges(config, RANGES)
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
-                         "buffer_size", "batch_size", "n_step", "updates_per_step")
+                         "buffer_size", "batch_size", "n_step")
     agent.check_choice(config, "noise_type", NOISE_TYPES)
     agent.check_off_policy(config)
 
@@ -365,7 +378,7 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="ddpg", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
 
 
 @exit_on_user_error

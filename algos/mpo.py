@@ -175,12 +175,22 @@ TASK_DEFAULTS = {"humanoid": dict(
     epsilon_stddev=1e-3)}
 
 
+# The valid values of the float fields (agent.check_ranges; every float must also be
+# finite), checked before anything compiles: on the command line, in AGENT.config_for (so
+# TASK_DEFAULTS too) and for every swept value.
+RANGES = dict(
+    updates_per_step="(0, inf)", gamma="(0, 1]", tau="(0, 1]", actor_lr="(0, inf)",
+    critic_lr="(0, inf)", max_grad_norm="[0, inf) 0: off",
+    dual_lr="(0, inf)", epsilon="(0, inf)", epsilon_mean="(0, inf)", epsilon_stddev="(0, inf)",
+    init_temperature="(0, inf)", init_alpha_mean="(0, inf)", init_alpha_stddev="(0, inf)",
+    init_std="(0, inf)", epsilon_penalty="(0, inf)",
+    obs_clip="(0, inf)")
+
+
 def validate(config: Config) -> None:
+    agent.check_ranges(config, RANGES)
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
-                         "buffer_size", "batch_size", "n_step", "updates_per_step", "num_samples",
-                         "epsilon", "epsilon_mean", "epsilon_stddev", "epsilon_penalty",
-                         "init_temperature",
-                         "init_alpha_mean", "init_alpha_stddev", "init_std")
+                         "buffer_size", "batch_size", "n_step", "num_samples")
     agent.check_off_policy(config)
 
 
@@ -539,7 +549,7 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="mpo", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
 
 
 @exit_on_user_error

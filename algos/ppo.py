@@ -142,21 +142,23 @@ TASK_DEFAULTS = {"humanoid": dict(
     actor_hidden_sizes=(256, 256), critic_hidden_sizes=(256, 256), init_log_std=-0.5)}
 
 
+# The valid values of the float fields (agent.check_ranges; every float must also be
+# finite), checked before anything compiles: on the command line, in AGENT.config_for (so
+# TASK_DEFAULTS too) and for every swept value.
+RANGES = dict(
+    gamma="(0, 1]", gae_lambda="[0, 1]", learning_rate="(0, inf)", clip_coef="(0, inf)",
+    ent_coef="[0, inf)", vf_coef="[0, inf)", max_grad_norm="(0, inf)", reward_scaling="(0, inf)",
+    obs_clip="(0, inf)", init_log_std="(-inf, inf)")
+
+
 def validate(config: Config) -> None:
+    agent.check_ranges(config, RANGES)
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
-                         "num_steps", "num_minibatches", "update_epochs", "learning_rate",
-                         "clip_coef", "max_grad_norm", "reward_scaling", "obs_clip")
+                         "num_steps", "num_minibatches", "update_epochs")
     for name in ("actor_hidden_sizes", "critic_hidden_sizes"):
         if min(getattr(config, name), default=0) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive widths, "
                             f"got {getattr(config, name)}")
-    for name in ("gamma", "gae_lambda"):
-        if not 0 <= getattr(config, name) <= 1:
-            raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], "
-                            f"got {getattr(config, name)}")
-    for name in ("ent_coef", "vf_coef"):
-        if getattr(config, name) < 0:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(config, name)}")
     batch = config.num_envs * config.num_steps
     if batch % config.num_minibatches:
         raise UserError(f"--num-envs x --num-steps ({batch}) is not divisible by "
@@ -504,7 +506,7 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="ppo", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
 
 
 @exit_on_user_error

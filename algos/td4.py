@@ -139,14 +139,24 @@ TASK_DEFAULTS = {"humanoid": dict(
     policy_delay=1)}
 
 
+# The valid values of the float fields (agent.check_ranges; every float must also be
+# finite), checked before anything compiles: on the command line, in AGENT.config_for (so
+# TASK_DEFAULTS too) and for every swept value.
+RANGES = dict(
+    updates_per_step="(0, inf)", gamma="(0, 1]", tau="(0, 1]", actor_lr="(0, inf)",
+    critic_lr="(0, inf)", max_grad_norm="[0, inf) 0: off",
+    # the final std is also at most the first when it decays (agent.check_off_policy)
+    exploration_noise="[0, inf)", exploration_noise_final="[0, inf)",
+    policy_noise="[0, inf)", noise_clip="(0, inf)",
+    obs_clip="(0, inf)", v_min="< v_max", v_max="(-inf, inf)")
+
+
 def validate(config: Config) -> None:
+    agent.check_ranges(config, RANGES)
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
-                         "buffer_size", "batch_size", "n_step", "policy_delay",
-                         "updates_per_step")
+                         "buffer_size", "batch_size", "n_step", "policy_delay")
     if config.num_atoms < 2:
         raise UserError(f"--num-atoms must be at least 2, got {config.num_atoms}")
-    if not config.v_min < config.v_max:
-        raise UserError(f"--v-min {config.v_min} must be below --v-max {config.v_max}")
     agent.check_off_policy(config)
 
 
@@ -437,7 +447,7 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="td4", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
 
 
 @exit_on_user_error

@@ -15,12 +15,19 @@ Tools reach an agent only through these names.
   A chunk below `start_chunk` is skipped, so a resumed run executes the very
   same compiled program as an uninterrupted one.
 - `evaluate`: deterministic-policy episodes with fixed keys.
+- Divergence: `make_runner` marks a member diverged, at the end of the
+  first chunk whose learned state (`learned`: everything but replay, env
+  states and initial-state pool) holds a non-finite number or whose losses
+  reached infinity; its evaluations from then on are NaN.
 - Building blocks: `hparams`, `adam`, `ActionBox`, `update_period`,
-  `skipped`, `orthogonal`, the config checks.
+  `skipped`, `orthogonal`, the config checks (`check_ranges` reads an
+  agent's RANGES).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import jax
@@ -45,6 +52,8 @@ class Agent:
     make_act: Callable[[Any, Any], Callable]  # make_act(config, env) -> act(state, obs, key, det)
     # {domain: {field: value}}: the defaults of that domain's tasks (its TASK_DEFAULTS)
     task_defaults: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # {field: rule}: the valid values of its float fields (its RANGES, see check_ranges)
+    ranges: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     def hparams(self, config) -> Any:
         """This agent's HParams as `config` sets them."""
@@ -61,15 +70,20 @@ class Agent:
 
     def config_for(self, env: str, **overrides) -> Any:
         """The Config `python algos/<name>.py --env <env> --flag value ...`
-        runs: the task's defaults, then `overrides` (field=value)."""
-        return dataclasses.replace(self.Config(), env=env,
-                                   **{**self.defaults_for(env), **overrides})
+        runs: the task's defaults, then `overrides` (field=value); a float
+        outside its range (the agent's RANGES) is a UserError."""
+        config = dataclasses.replace(self.Config(), env=env,
+                                     **{**self.defaults_for(env), **overrides})
+        check_ranges(config, self.ranges)
+        return config
 
 
 class Hooks(NamedTuple):
     """Host functions called from inside the compiled run, at chunk ends:
-    log(lead, step, metrics[, member]) and checkpoint(lead, chunk, state[, member])
-    (lead: the vmapped batch shape; member: given to `run`)."""
+    log(lead, step, metrics[, member]) and
+    checkpoint(lead, chunk, state, diverged_at[, member]) (lead: the vmapped
+    batch shape; diverged_at: the env step at which the member diverged, -1
+    if it has not; member: given to `run`)."""
     log: Callable[..., None]
     checkpoint: Callable[..., None]
 
@@ -105,12 +119,14 @@ class Train:
     - `schedule`: the chunks (logs, evaluations, checkpoints);
     - `init(key, hp=None) -> state`: one seed's train state; `hp` (the
       agent's HParams, default: its config's values) sets the traced floats;
-    - `run(state, start_chunk=0, hooks=None, member=None) -> (state, history)`:
-      the chunks from `start_chunk` on (a resumed run skips the earlier ones
-      in the same program); `hooks` (Hooks of host functions: static, so
-      close over them before jitting) receive logs and checkpoints; `member`,
-      this member's global index, is passed on to them (parallel.Gather).
-      `history` holds one scalar per chunk and metric.
+    - `run(state, start_chunk=0, hooks=None, member=None, diverged_at=None)
+      -> (state, history)`: the chunks from `start_chunk` on (a resumed run
+      skips the earlier ones in the same program); `hooks` (Hooks of host
+      functions: static, so close over them before jitting) receive logs and
+      checkpoints; `member`, this member's global index, is passed on to them
+      (parallel.Gather); `diverged_at`: the env step at which a resumed
+      member had diverged (default -1: it had not). `history` holds one
+      scalar per chunk and metric, `stats/diverged_at` among them.
     - `iteration(state, i) -> (state, metrics)`: the loop body `run` scans,
       one step of every env and the due updates (i: global iteration);
     - `update(state, u) -> (state, metrics)`: one gradient update from the
@@ -174,13 +190,33 @@ def episode_metrics(env_state) -> Dict[str, jnp.ndarray]:
             "sum/length": (done * env_state.info["episode_length"]).sum()}
 
 
+# Fields of a train state that hold data rather than what learning changes:
+# the env keeps them finite, and the replay is too large to scan every chunk.
+DATA_FIELDS = ("replay", "env_state", "pool")
+
+
+def learned(state) -> Any:
+    """The part of a train state that learning changes (networks, targets,
+    optimiser and dual states, normaliser statistics, hyperparameters)."""
+    if hasattr(state, "_asdict"):
+        return {k: v for k, v in state._asdict().items() if k not in DATA_FIELDS}
+    return state
+
+
+def all_finite(tree) -> jnp.ndarray:
+    """Whether every float in `tree` is finite (one reduction per leaf)."""
+    flags = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
+             if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)]
+    return jnp.stack(flags).all() if flags else jnp.ones((), bool)
+
+
 def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable) -> Callable:
-    """run(state, start_chunk=0, hooks=None, member=None) -> (state, history):
-    the scan over chunks. For each chunk c (skipped if c < start_chunk):
-    `iteration` scanned over its iterations, their metrics reduced to one
-    scalar each, `evaluate` at evaluation chunks and the last (NaN
-    elsewhere), then, with hooks, log every chunk and checkpoint at
-    checkpoint chunks and the last.
+    """run(state, start_chunk=0, hooks=None, member=None, diverged_at=None)
+    -> (state, history): the scan over chunks. For each chunk c (skipped if
+    c < start_chunk): `iteration` scanned over its iterations, their metrics
+    reduced to one scalar each, the divergence check, `evaluate` at
+    evaluation chunks and the last (NaN elsewhere), then, with hooks, log
+    every chunk and checkpoint at checkpoint chunks and the last.
 
     iteration(state, i) -> (state, metrics) with i the global iteration index
     (unbatched under vmap, so conds on it stay real branches).
@@ -188,48 +224,65 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable) -> 
     for each chunk, from held-out initial states).
     history holds one scalar per chunk and metric (bounded by the number of
     chunks, never per env step).
+    Divergence: at the end of the first chunk in which a `losses/*` metric
+    reached +-inf or after which the learned state (`learned`) holds a
+    non-finite number, the member is diverged at that chunk's last env step:
+    `stats/diverged_at` holds that step (NaN before), and every later
+    evaluation is NaN. One reduction over the learned state per chunk; the
+    iterations themselves are unchanged. `diverged_at` (-1: not diverged)
+    carries a resumed member's step over.
     `member` (optional): this member's global index among all vmapped and
     sharded members; when given, the hooks are called as log(lead, step,
-    metrics, member) and checkpoint(lead, chunk, state, member), so that the
-    host can reassemble the shards of several devices (parallel.Gather)."""
+    metrics, member) and checkpoint(lead, chunk, state, diverged_at, member),
+    so that the host can reassemble the shards of several devices
+    (parallel.Gather)."""
     L = schedule.chunk_iters
+    nan = jnp.full((), jnp.nan, jnp.float32)
 
     def metrics_of(state):
         s, m = jax.lax.scan(iteration, state, jnp.arange(1))
         m = _reduce(m)
-        m["eval/episode_return"] = jnp.zeros((), jnp.float32)
+        m["eval/episode_return"] = m["stats/diverged_at"] = nan
         return m
 
-    def run(state, start_chunk=0, hooks: Optional[Hooks] = None, member=None):
+    def run(state, start_chunk=0, hooks: Optional[Hooks] = None, member=None, diverged_at=None):
         extra = () if member is None else (member,)
-        nan_metrics = jax.tree.map(lambda _: jnp.full((), jnp.nan, jnp.float32),
-                                   jax.eval_shape(metrics_of, state))
+        nan_metrics = jax.tree.map(lambda _: nan, jax.eval_shape(metrics_of, state))
+        diverged_at = jnp.asarray(-1 if diverged_at is None else diverged_at, jnp.int32)
 
         def do(carry, c):
-            state, token = carry
+            state, token, diverged_at = carry
             state, metrics = jax.lax.scan(iteration, state, c * L + jnp.arange(L))
+            step = (c + 1) * schedule.steps_per_chunk
+            blown = jnp.stack([jnp.isinf(v).any() for k, v in metrics.items()
+                               if k.startswith("losses/")] + [~all_finite(learned(state))]).any()
+            diverged_at = jnp.where((diverged_at < 0) & blown, step, diverged_at)
+            diverged = diverged_at >= 0
             metrics = _reduce(metrics)
             last = c == schedule.num_chunks - 1
             is_eval = last | ((schedule.eval_every > 0)
                               & ((c + 1) % max(schedule.eval_every, 1) == 0))
-            metrics["eval/episode_return"] = jax.lax.cond(
-                is_eval, evaluate, lambda s, c: jnp.full((), jnp.nan, jnp.float32), state, c)
+            # the cond stays on the unbatched chunk index (a batched predicate would
+            # evaluate every chunk); a diverged member's score is then dropped
+            score = jax.lax.cond(is_eval, evaluate, lambda s, c: nan, state, c)
+            metrics["eval/episode_return"] = jnp.where(diverged, nan, score)
+            metrics["stats/diverged_at"] = jnp.where(diverged, diverged_at.astype(jnp.float32),
+                                                     nan)
             if hooks is not None:
-                step = (c + 1) * schedule.steps_per_chunk
                 token = token + host_call(hooks.log, step, metrics, *extra)
                 is_ckpt = last | ((schedule.checkpoint_every > 0)
                                   & ((c + 1) % max(schedule.checkpoint_every, 1) == 0))
                 token = token + jax.lax.cond(
-                    is_ckpt, lambda s: host_call(hooks.checkpoint, c, s, *extra),
-                    lambda s: jnp.zeros((), jnp.int32), state)
-            return (state, token), metrics
+                    is_ckpt, lambda s, d: host_call(hooks.checkpoint, c, s, d, *extra),
+                    lambda s, d: jnp.zeros((), jnp.int32), state, diverged_at)
+            return (state, token, diverged_at), metrics
 
         def chunk(carry, c):
             return jax.lax.cond(c >= start_chunk, do, lambda carry, c: (carry, nan_metrics),
                                 carry, c)
 
-        (state, token), history = jax.lax.scan(chunk, (state, jnp.zeros((), jnp.int32)),
-                                               jnp.arange(schedule.num_chunks))
+        (state, token, _), history = jax.lax.scan(
+            chunk, (state, jnp.zeros((), jnp.int32), diverged_at), jnp.arange(schedule.num_chunks))
         # returned so that XLA keeps the host calls (it drops unused pure callbacks)
         history["host_calls"] = token
         return state, history
@@ -373,6 +426,44 @@ def orthogonal(scale: float) -> Callable:
 
 # --------------------------------------------------------------------------- config checks
 
+_INTERVAL = re.compile(r"([(\[])\s*([-+\w.]+)\s*,\s*([-+\w.]+)\s*([)\]])\s*(.*)")
+_RELATION = re.compile(r"(<=?)\s*(\w+)")
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_ranges(config, ranges: Dict[str, str]) -> None:
+    """Refuse (UserError, one line naming the flag) a float field of `config`
+    that is not finite, or that breaks its rule in `ranges` (an agent's
+    RANGES, {field: rule}). A rule is an interval, "(0, 1]", "[0, inf)",
+    ..., optionally followed by a note ("[0, inf) 0: off"), or a bound by
+    another field: "< v_max", "<= exploration_noise"."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{flag(f.name)} must be a finite number, got {value}")
+    for name, rule in ranges.items():
+        value = getattr(config, name)
+        relation = _RELATION.fullmatch(rule)
+        if relation:
+            op, other = relation.groups()
+            bound = getattr(config, other)
+            if not (value < bound if op == "<" else value <= bound):
+                word = "below" if op == "<" else "at most"
+                raise UserError(f"{flag(name)} {value} must be {word} {flag(other)} {bound}")
+            continue
+        left, lo, hi, right, note = _INTERVAL.fullmatch(rule).groups()
+        lo, hi = float(lo), float(hi)
+        if (lo < value if left == "(" else lo <= value) and \
+                (value < hi if right == ")" else value <= hi):
+            continue
+        interval = rule[:len(rule) - len(note)].strip()
+        what = {"(0, inf)": "positive", "[0, inf)": ">= 0"}.get(interval, f"in {interval}")
+        note = f" ({note})" if note else ""
+        raise UserError(f"{flag(name)} must be {what}{note}, got {value}")
+
 
 def check_positive(config, *names: str) -> None:
     for name in names:
@@ -389,9 +480,10 @@ def check_choice(config, name: str, choices) -> None:
 
 
 def check_off_policy(config) -> None:
-    """What every replay-based agent's config needs besides positive sizes:
-    positive hidden widths, a batch no larger than the buffer, and an update
-    within the budget after `learning_starts`."""
+    """What every replay-based agent's config needs besides positive sizes
+    and its RANGES: positive hidden widths, a batch no larger than the
+    buffer, an update within the budget after `learning_starts`, and an
+    exploration std that decays (final <= first) when it is scheduled."""
     if min(config.hidden_sizes, default=0) <= 0:
         raise UserError(f"--hidden-sizes must be positive widths, got {config.hidden_sizes}")
     if config.batch_size > config.buffer_size:
@@ -402,11 +494,15 @@ def check_off_policy(config) -> None:
                         f"update within --total-timesteps {config.total_timesteps}")
     from common.networks import TORSOS
     check_choice(config, "critic_torso", TORSOS)
-    check_positive(config, "simba_width", "simba_blocks", "obs_clip")
-    for name in ("max_grad_norm", "exploration_decay_steps"):
-        if getattr(config, name, 0) < 0:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: off), "
-                            f"got {getattr(config, name)}")
+    check_positive(config, "simba_width", "simba_blocks")
+    decay = getattr(config, "exploration_decay_steps", 0)
+    if decay < 0:
+        raise UserError(f"--exploration-decay-steps must be >= 0 (0: off), got {decay}")
+    # the exploration std decays: a final value above the first would be a rise
+    if decay > 0 and config.exploration_noise_final > config.exploration_noise:
+        raise UserError(f"--exploration-noise-final {config.exploration_noise_final} must be at "
+                        f"most --exploration-noise {config.exploration_noise} (the std decays "
+                        f"over --exploration-decay-steps)")
 
 
 def check_memory(nbytes: int, what: str) -> None:

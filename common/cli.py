@@ -20,7 +20,9 @@ a step:
 7. `train_members`: logs and checkpoints (`open_run`'s hooks), init or
    the loaded states, the run under the stall `Watchdog`; a fresh run that
    fails leaves no run directory;
-8. `report`: the final evaluation returns, a sweep's table of results.
+8. `report`: the final evaluation returns, a sweep's table of results, and
+   one line naming every member that diverged (agent.make_runner) and its
+   env step; a run (not a sweep) with a diverged member then exits 1.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -87,9 +89,13 @@ def main(spec: agent.Agent, argv=None, sweep_specs: Optional[Sequence[str]] = No
               f"{plan.num_members} member(s) on {devices} device(s), about "
               f"{estimate['total'] / 2**20:.1f} MiB of state", flush=True)
         run_dir, states, start_chunk = starting_point(spec, plan, train, header)
-        states, history, seconds = train_members(spec, plan, train, run_dir, states, start_chunk)
+        states, history, seconds = train_members(
+            spec, plan, train, run_dir, states, start_chunk,
+            None if header is None else header.get("diverged_at"))
         history = parallel.fetch(history)
-    report(plan, run_dir, history, seconds, start_chunk >= train.schedule.num_chunks)
+    diverged = report(plan, run_dir, history, seconds, start_chunk >= train.schedule.num_chunks)
+    if diverged and not plan.axes:  # a sweep ranks its diverged members last instead
+        raise SystemExit(1)
     return states, history
 
 
@@ -235,9 +241,11 @@ def seed_keys(seed: int, num_seeds: int) -> np.ndarray:
 
 def read_resume(spec: agent.Agent, plan: Plan) -> dict:
     """The header of the checkpoint to resume, refused when it is for another
-    agent, task or sweep. In a run over several processes each process
-    resumes its own checkpoint (`own_checkpoint`), which must hold the
-    members this process runs."""
+    agent, task or sweep, or when a member of a run (not a sweep, where
+    diverged members stay diverged) had diverged: its networks are not
+    finite, there is nothing to continue. In a run over several processes
+    each process resumes its own checkpoint (`own_checkpoint`), which must
+    hold the members this process runs."""
     from common import parallel
     config = plan.config
     path = own_checkpoint(config.resume)
@@ -246,6 +254,12 @@ def read_resume(spec: agent.Agent, plan: Plan) -> dict:
         if header.get(key) != want:
             raise UserError(f"checkpoint {path!r} is for {key}={header.get(key)!r}, "
                             f"not {want!r}")
+    diverged = {m: s for m, s in zip(header.get("members") or (), header.get("diverged_at") or ())
+                if s >= 0}
+    if diverged and not plan.axes:
+        raise UserError(f"checkpoint {config.resume!r} is of a run that diverged "
+                        f"({diverged_list(plan, diverged)}): its networks are not finite, so "
+                        f"--resume cannot continue it; start a new run ({DIVERGED_HINT})")
     if jax.process_count() > 1:
         local = parallel.local_members(plan.mesh, plan.num_members).tolist()
         if header.get("members") != local:
@@ -315,24 +329,29 @@ def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
     def log(step, members, metrics):
         logger.write(step, metrics)
 
-    def save(chunk, members, state):
+    def save(chunk, members, state_and_diverged):
+        state, diverged_at = state_and_diverged
         ckpt.save(ckpt_path, state, {"algo": spec.name, "env": config.env,
                                      "num_seeds": config.num_seeds, "chunk": chunk,
                                      "run_dir": run_dir, "sweep": plan.sweep_meta,
                                      "members": members.tolist(),
+                                     # per member: the env step it diverged at, -1: it did not
+                                     "diverged_at": diverged_at.tolist(),
                                      "config": dataclasses.asdict(config)})
 
     gather_log, gather_save = parallel.Gather(log, local), parallel.Gather(save, local)
     hooks = agent.Hooks(lambda lead, step, metrics, member: gather_log(step, member, metrics),
-                        lambda lead, chunk, state, member: gather_save(chunk, member, state))
+                        lambda lead, chunk, state, diverged_at, member:
+                        gather_save(chunk, member, (state, diverged_at)))
     return logger, hooks
 
 
 def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: str, states,
-                  start_chunk: int) -> Tuple[Any, Any, float]:
+                  start_chunk: int, diverged_at=None) -> Tuple[Any, Any, float]:
     """Every member from `start_chunk` on, from `states` (None: init), as one
-    program; returns (states, history, seconds). A fresh run that fails
-    leaves no run directory behind."""
+    program; returns (states, history, seconds). `diverged_at`: a resumed
+    checkpoint's steps of divergence per member (None: none). A fresh run
+    that fails leaves no run directory behind."""
     from common import parallel
     mesh, resumed = plan.mesh, states is not None
     created = not os.path.exists(run_dir)
@@ -347,8 +366,11 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
             states = init(parallel.put(plan.keys, mesh), parallel.put(plan.hps, mesh))
         t0 = time.time()
         members = parallel.put(np.arange(plan.num_members, dtype=np.int32), mesh)
+        if diverged_at is not None:  # from this process's checkpoint: its members only
+            diverged_at = parallel.put(np.asarray(diverged_at, np.int32), mesh, plan.num_members,
+                                       parallel.local_members(mesh, plan.num_members))
         with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)):
-            states, history = run(states, start_chunk, members)
+            states, history = run(states, start_chunk, members, diverged_at)
             jax.block_until_ready(states)
     except BaseException:
         logger.close()
@@ -359,27 +381,52 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
     return states, history, time.time() - t0
 
 
-def report(plan: Plan, run_dir: str, history, seconds: float, was_finished: bool) -> None:
-    """The final evaluation returns; for a sweep, its table of results (kept
-    in run_dir/results.json; a resumed finished sweep shows it as it was)."""
+DIVERGED_HINT = "smaller learning rates, or a gradient clip with --max-grad-norm"
+
+
+def diverged_list(plan: Plan, diverged: Dict[int, int]) -> str:
+    """{member: env step} -> "seed 2 at env step 3000, ..." (sweep members by
+    their stream, e.g. "learning_rate=1e+09/seed_1")."""
+    from common import sweep
+    config = plan.config
+    names = {m: (f"{sweep.label(plan.combos[m])}/seed_{config.seed + m % config.num_seeds}"
+                 if plan.axes else f"seed {config.seed + m % config.num_seeds}") for m in diverged}
+    return ", ".join(f"{names[m]} at env step {s}" for m, s in sorted(diverged.items()))
+
+
+def report(plan: Plan, run_dir: str, history, seconds: float,
+           was_finished: bool) -> Dict[int, int]:
+    """The final evaluation returns; one line (stderr) naming every diverged
+    member and its env step; for a sweep, its table of results (kept in
+    run_dir/results.json; a resumed finished sweep shows it as it was), the
+    diverged combinations last. Returns {member: step} of the diverged."""
     from common import sweep
     config, axes = plan.config, plan.axes
     final = np.asarray(history["eval/episode_return"])[:, -1]
+    steps = np.asarray(history["stats/diverged_at"])[:, -1]
+    diverged = {m: int(s) for m, s in enumerate(steps) if np.isfinite(s)}
     print(f"done in {seconds:.0f}s: final eval return {np.mean(final):.1f} "
           f"(per {'member' if axes else 'seed'} {[round(float(x), 1) for x in final]}); "
           f"logs and checkpoint in {run_dir}")
+    if diverged:
+        then = ("ranked last below" if axes else
+                f"its checkpoint says so and will not resume; try {DIVERGED_HINT}")
+        print(f"{'diverged' if axes else 'error: diverged'}: {diverged_list(plan, diverged)} "
+              f"(non-finite network parameters or losses; its evaluations from then on are NaN; "
+              f"{then})", file=sys.stderr, flush=True)
     if not axes:
-        return
+        return diverged
     results_path = os.path.join(run_dir, "results.json")
     if was_finished and os.path.exists(results_path):
         with open(results_path) as f:
             rows = json.load(f)
     else:
-        rows = sweep.results(axes, final, config.num_seeds)
+        rows = sweep.results(axes, final, config.num_seeds, np.where(np.isfinite(steps), steps, -1))
         if jax.process_index() == 0:
             with open(results_path, "w") as f:
                 json.dump(rows, f, indent=2)
     print(sweep.table(axes, rows, config.num_seeds))
+    return diverged
 
 
 # --------------------------------------------------------------------------- stalls

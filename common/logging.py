@@ -94,8 +94,10 @@ class RunLogger:
         if not self.quiet:
             frac = min(step / max(self.total_steps, 1), 1.0)
             bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
+            diverged = int(np.isfinite(metrics.get("stats/diverged_at", np.nan)).sum())
             sys.stdout.write(f"\r[{bar}] {step:>9d}/{self.total_steps} steps  {sps:7.0f} steps/s  "
-                             f"return {self.last_return:8.1f}  eval {self.last_eval:8.1f}")
+                             f"return {self.last_return:8.1f}  eval {self.last_eval:8.1f}"
+                             + (f"  diverged {diverged}/{len(self.writers)}" if diverged else ""))
             sys.stdout.flush()
 
     def close(self) -> None:

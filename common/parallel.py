@@ -2,13 +2,14 @@
 
 A run trains M members at once: `num_seeds` seeds, times the combinations of
 a sweep. `compile_members` vmaps an agent's `init(key, hp)` and
-`run(state, start_chunk, hooks, member)` over them. When JAX sees several devices
-the member axis is sharded across all of them with `jax.shard_map` on a 1-D
-mesh (axis "members"): still one program, each device running its M / D
-members, the physics host callbacks and the log/checkpoint callbacks each
-called by every device with its own shard. `Gather` puts those shards back
-together on the host (by global member index) before anything is logged or
-saved, so logs and checkpoints look the same whatever the device count.
+`run(state, start_chunk, hooks, member, diverged_at)` over them. When JAX
+sees several devices the member axis is sharded across all of them with
+`jax.shard_map` on a 1-D mesh (axis "members"): still one program, each
+device running its M / D members, the physics host callbacks and the
+log/checkpoint callbacks each called by every device with its own shard.
+`Gather` puts those shards back together on the host (by global member
+index) before anything is logged or saved, so logs and checkpoints look the
+same whatever the device count.
 
 Multi-host: `initialize_distributed` starts `jax.distributed` from the
 environment (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID);
@@ -132,21 +133,30 @@ def fetch(tree: Any) -> Any:
 
 
 def compile_members(train, mesh: Optional[Mesh], hooks=None) -> Tuple[Callable, Callable]:
-    """(init(keys, hps) -> states, run(states, start_chunk, members) -> (states, history)),
-    jitted, vmapped over the leading member axis and, with a mesh, sharded
-    over its devices. `hooks` (agent.Hooks, or None) are closed over: they
-    are host functions, static for jit. `run` donates the states (replay
-    buffers)."""
+    """(init(keys, hps) -> states, run(states, start_chunk, members,
+    diverged_at=None) -> (states, history)), jitted, vmapped over the leading
+    member axis and, with a mesh, sharded over its devices. `hooks`
+    (agent.Hooks, or None) are closed over: they are host functions, static
+    for jit. `diverged_at` (per member, -1: not diverged; default all -1)
+    carries resumed members' divergence over. `run` donates the states
+    (replay buffers)."""
     init = jax.vmap(train.init)
 
-    def run_member(state, start_chunk, member):
-        return train.run(state, start_chunk, hooks, member)
+    def run_member(state, start_chunk, member, diverged_at):
+        return train.run(state, start_chunk, hooks, member, diverged_at)
 
-    run = jax.vmap(run_member, in_axes=(0, None, 0))
+    members_run = jax.vmap(run_member, in_axes=(0, None, 0, 0))
     if mesh is not None:
         m = P(AXIS)
         init = jax.shard_map(init, mesh=mesh, in_specs=(m, m), out_specs=m, check_vma=False)
-        run = jax.shard_map(run, mesh=mesh, in_specs=(m, P(), m), out_specs=m, check_vma=False)
+        members_run = jax.shard_map(members_run, mesh=mesh, in_specs=(m, P(), m, m),
+                                    out_specs=m, check_vma=False)
+
+    def run(states, start_chunk, members, diverged_at=None):
+        if diverged_at is None:
+            diverged_at = jnp.full(jnp.shape(members), -1, jnp.int32)
+        return members_run(states, start_chunk, members, diverged_at)
+
     return jax.jit(init), jax.jit(run, donate_argnums=0)
 
 

@@ -25,7 +25,8 @@
 It reads only the arrays the policy needs (never the replay buffer) and
 rebuilds the agent through the agent protocol alone: `algos/<algo>.py`'s
 `Config`, `make_train` (for the shape of the state) and `make_act`.
-Anything wrong with a file ends in one UserError line.
+Anything wrong with a file ends in one UserError line, a seed whose run
+diverged (its checkpoint says so, or a weight is not finite) among them.
 """
 
 from __future__ import annotations
@@ -299,6 +300,24 @@ def _read_leaves(path: str, kind: str, header: Dict[str, Any], template, index: 
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
+def _refuse_diverged(path: str, kind: str, header: Dict[str, Any], seed_index: int,
+                     state) -> None:
+    """A seed whose checkpoint marks it diverged (its critic or optimiser may
+    have blown up before its actor), or whose policy has a non-finite weight,
+    has no policy: exporting, evaluating or rendering it would score NaN
+    actions."""
+    from common.agent import all_finite
+
+    steps = header.get("diverged_at") if kind == "checkpoint" else None
+    step = steps[seed_index] if steps else -1
+    if step >= 0 or not bool(all_finite(state)):
+        when = f" at env step {step}" if step >= 0 else ""
+        raise UserError(
+            f"{path!r}, seed index {seed_index}: its run diverged{when} (non-finite weights or "
+            f"losses), so it holds no policy"
+        )
+
+
 def load_policy(path: str, seed_index: int = 0, backend: str = "native") -> Policy:
     """Seed `seed_index`'s policy from a run directory, a checkpoint, a
     policy part file of scripts/bench_standard.py or an exported policy file
@@ -329,6 +348,7 @@ def load_policy(path: str, seed_index: int = 0, backend: str = "native") -> Poli
     template = PolicyState(*(getattr(shapes, f) for f in PolicyState._fields))
     hp_defaults = module.AGENT.hparams(config)
     state = _read_leaves(path, kind, header, template, seed_index, members, hp_defaults)
+    _refuse_diverged(path, kind, header, seed_index, state)
     eval_return = header.get("eval_return") if kind == "exported" else None
     return Policy(
         header["algo"],

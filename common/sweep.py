@@ -117,24 +117,38 @@ def member_hparams(config, axes: Sequence[Axis], hparams_fn, num_seeds: int) -> 
     return hps, [c for c in combos for _ in range(num_seeds)]
 
 
-def results(axes: Sequence[Axis], final: np.ndarray, num_seeds: int) -> List[Dict[str, Any]]:
-    """Final eval returns [members] -> one row per combination, best mean first
-    (NaN last): values, mean, std over seeds, per-seed returns."""
+def results(axes: Sequence[Axis], final: np.ndarray, num_seeds: int,
+            diverged_at=None) -> List[Dict[str, Any]]:
+    """Final eval returns [members] -> one row per combination, best mean first:
+    values, mean, std over seeds, per-seed returns and the env step at which
+    each seed diverged (-1: it did not; `diverged_at` [members], default none).
+    Combinations with a diverged seed come last, then those with a NaN mean."""
     final = np.asarray(final, np.float64).reshape(-1, num_seeds)
+    steps = np.full(final.shape, -1) if diverged_at is None else \
+        np.asarray(diverged_at).reshape(-1, num_seeds)
     rows = []
-    for combo, r in zip(combinations(axes), final):
-        mean = float(np.mean(r))
-        rows.append(dict(values=combo, mean=mean, std=float(np.std(r)), per_seed=r.tolist()))
-    rows.sort(key=lambda row: -row["mean"] if math.isfinite(row["mean"]) else math.inf)
+    for combo, r, d in zip(combinations(axes), final, steps):
+        rows.append(dict(values=combo, mean=float(np.mean(r)), std=float(np.std(r)),
+                         per_seed=r.tolist(), diverged_at=[int(s) for s in d]))
+    rows.sort(key=lambda row: (diverged(row) is not None, not math.isfinite(row["mean"]),
+                               -row["mean"] if math.isfinite(row["mean"]) else 0.0))
     return rows
 
 
+def diverged(row: Dict[str, Any]):
+    """The first env step at which a seed of this row diverged, or None."""
+    steps = [s for s in row.get("diverged_at", ()) if s >= 0]
+    return min(steps) if steps else None
+
+
 def table(axes: Sequence[Axis], rows: List[Dict[str, Any]], num_seeds: int) -> str:
-    """The results as aligned text, best first."""
+    """The results as aligned text, best first; a combination with a diverged
+    seed reads "diverged at N" (its first such step) in place of its mean."""
     head = ["rank", *[a.name for a in axes], f"final eval return (mean ± std, {num_seeds} seed(s))",
             "per seed"]
     body = [[str(i + 1), *[f"{row['values'][a.name]:g}" for a in axes],
-             f"{row['mean']:.1f} ± {row['std']:.1f}", " ".join(f"{v:.1f}" for v in row["per_seed"])]
+             f"{row['mean']:.1f} ± {row['std']:.1f}" if diverged(row) is None else
+             f"diverged at {diverged(row)}", " ".join(f"{v:.1f}" for v in row["per_seed"])]
             for i, row in enumerate(rows)]
     widths = [max(len(r[j]) for r in [head, *body]) for j in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()

@@ -35,7 +35,7 @@ def tiny_run(mod, config, seed: int = 0) -> dict:
     def log(lead, step, metrics):
         logged.append((lead, int(np.ravel(step)[0])))
 
-    def save(lead, chunk, state):
+    def save(lead, chunk, state, diverged_at):
         saved[int(np.ravel(chunk)[0])] = jax.tree.map(np.array, state)
 
     train = mod.make_train(config)

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from benchmarks import standard as bench_standard  # noqa: E402
 import evaluate as evaluate_script  # noqa: E402
 import export as export_script  # noqa: E402
+import release as release_script  # noqa: E402
 from algos import td3  # noqa: E402
 from common import agent, envs  # noqa: E402
 from common.errors import UserError  # noqa: E402
@@ -228,12 +229,17 @@ def test_wrong_seed_or_agent_is_one_line(trained, tmp_path):
         load_policy(trained.exported, backend="cuda")
 
 
-def rewrite(src, dst, **changes) -> str:
-    """A copy of an npz file with its header changed."""
+def rewrite(src, dst, nan_leaf=None, **changes) -> str:
+    """A copy of an npz file with its header changed and, with `nan_leaf` (a
+    leaf path), that leaf NaN (every seed's)."""
     with np.load(src) as z:
         arrays = {k: z[k] for k in z.files}
     header = dict(json.loads(bytes(arrays["header"]).decode()), **changes)
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    if nan_leaf is not None:  # leaf_<i> in a checkpoint or exported file, the path in a part
+        name = f"leaf_{header['leaf_paths'].index(nan_leaf):05d}" if "leaf_paths" in header \
+            else nan_leaf
+        arrays[name] = np.full_like(arrays[name], np.nan)
     np.savez(dst, **arrays)
     return str(dst)
 
@@ -314,6 +320,28 @@ def test_bad_arguments_one_line_and_exit_2(trained, tmp_path, capsys):
     one_line_exit_2(
         evaluate_script.main, [trained.exported, "--backend", "cuda"], capsys, "unknown backend"
     )
+
+
+def test_a_policy_with_a_non_finite_weight_is_not_exported_or_released(trained, tmp_path, capsys):
+    """A NaN actor weight (a diverged run's policy): scripts/export.py and
+    evaluate.py refuse the file, scripts/release.py the benchmark result it
+    would release (one line, exit 2, nothing written)."""
+    kernel = ".actor_params['params']['Dense_0']['kernel']"
+    nan_file = rewrite(trained.exported, tmp_path / "nan.npz", nan_leaf=kernel)
+    out = tmp_path / "out.npz"
+    for main, args in ((export_script.main, ["--out", str(out)]),
+                       (evaluate_script.main, ["--episodes", "1"])):
+        one_line_exit_2(main, [nan_file, *args], capsys,
+                        "its run diverged (non-finite weights or losses)")
+    results = tmp_path / "results"
+    results.mkdir()
+    rewrite(trained.part, results / "cartpole_balance__td3.policy.npz", nan_leaf=kernel)
+    (results / "cartpole_balance__td3.json").write_text(json.dumps(
+        {"task": "cartpole_balance", "algo": "td3", "config": {"seed": 1},
+         "eval_returns": [[1.0], [2.0]]}))
+    one_line_exit_2(release_script.main, ["--results", str(results), "--release",
+                                          str(tmp_path / "release")], capsys, "seed index 1")
+    assert not out.exists() and not glob.glob(str(tmp_path / "release" / "*.npz"))
 
 
 def test_evaluate_prints_mean_and_interval(trained, capsys):

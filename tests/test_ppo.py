@@ -179,7 +179,7 @@ BAD = checks.COMMON_BAD + [
     (["--num-envs", "8", "--num-steps", "10", "--total-timesteps", "50"],
      "smaller than one rollout"),
     (["--num-envs", "6", "--num-steps", "5", "--num-minibatches", "4"], "not divisible"),
-    (["--gamma", "1.5"], "gamma must be in [0, 1]"),
+    (["--gamma", "1.5"], "gamma must be in (0, 1]"),
     (["--critic-hidden-sizes", "0"], "critic-hidden-sizes must be positive"),
     (["--num-envs", str(10 ** 6), "--num-steps", "1000", "--num-minibatches", "1",
       "--total-timesteps", str(10 ** 9)], "GiB"),

@@ -1,7 +1,9 @@
 """Runs that never hang, never learn from a broken step, and evaluate on
 held-out states: the README's multi-device command with the plain XLA flag,
-the stall watchdog, every size field refused in one line, diverged steps
-masked out of every learner, per-seed training pools and a held-out
+the stall watchdog, every size field and every out-of-range float refused in
+one line, diverged steps masked out of every learner, non-finite actions
+kept from the physics, a diverging run reported (exit 1) and its checkpoint
+neither resumed nor exported, per-seed training pools and a held-out
 evaluation pool, and `--seed s --num-seeds N` member m == `--seed s+m`."""
 import dataclasses
 import os
@@ -18,6 +20,7 @@ import pytest
 
 from algos import d4pg, ddpg, mpo, ppo, sac, td3, td4
 from common import cli, envs, hostcall
+from common.errors import UserError
 from common.envs import native as native_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,6 +125,80 @@ def test_sweep_script_refuses_bad_sizes_in_one_line(capsys):
         assert e.value.code == 2 and len(err.splitlines()) == 1 and args[0] in err, err
 
 
+# --------------------------------------------------------------------- float ranges
+
+def _float_fields(config_cls):
+    return [f.name for f in dataclasses.fields(config_cls) if f.type in (float, "float")]
+
+
+def _contract(name: str, algo: str):
+    """(value, accepted) pairs that issue 39 fixes for a float field, read off
+    its name: finite everywhere; gamma and tau in (0, 1]; learning rates,
+    KL bounds, temperatures, alphas, stds of a policy and clip bounds > 0;
+    noise stds >= 0; max_grad_norm >= 0 where 0 means off (PPO: > 0)."""
+    pairs = [(float("nan"), False), (float("inf"), False), (float("-inf"), False)]
+    if name in ("gamma", "tau"):
+        pairs += [(0.0, False), (-0.1, False), (1.5, False), (1.0, True), (0.5, True)]
+    elif name.endswith("_lr") or name == "learning_rate" or name.startswith(("epsilon", "init_")) \
+            and name not in ("init_log_std",) or name.endswith("_clip") or name == "clip_coef":
+        pairs += [(0.0, False), (-1e-3, False), (1e-3, True)]
+    elif "noise" in name:
+        pairs += [(-0.2, False), (0.0, True)]
+    elif name == "max_grad_norm":
+        pairs += [(-1.0, False), (0.0, algo != "ppo"), (1.0, True)]
+    return pairs
+
+
+@pytest.mark.parametrize("algo", sorted(AGENTS))
+def test_every_float_field_has_a_range_and_out_of_range_values_are_refused(algo):
+    mod = AGENTS[algo]
+    spec, floats = mod.AGENT, _float_fields(mod.Config)
+    assert spec.ranges is mod.RANGES and sorted(mod.RANGES) == sorted(floats)
+    plain = mod.Config(env="cartpole_balance")
+    mod.validate(plain)
+    for name in floats:
+        for value, accepted in _contract(name, algo):
+            config = dataclasses.replace(plain, **{name: value})
+            if accepted:
+                mod.validate(config)
+                continue
+            with pytest.raises(UserError) as e:
+                mod.validate(config)
+            assert "--" + name.replace("_", "-") in str(e.value), (algo, name, value)
+            with pytest.raises(UserError):              # the Python entry point too
+                spec.config_for("cartpole_balance", **{name: value})
+    if "v_min" in floats:
+        with pytest.raises(UserError, match="--v-min 5.0 must be below --v-max 5.0"):
+            mod.validate(dataclasses.replace(plain, v_min=5.0, v_max=5.0))
+    if "exploration_decay_steps" in {f.name for f in dataclasses.fields(mod.Config)}:
+        rising = dict(exploration_noise=0.1, exploration_noise_final=0.2)
+        mod.validate(dataclasses.replace(plain, **rising))            # no schedule: unused
+        with pytest.raises(UserError, match="--exploration-noise-final 0.2 must be at most"):
+            mod.validate(dataclasses.replace(plain, exploration_decay_steps=1000, **rising))
+    # a task's defaults are checked as overrides are
+    bad = dataclasses.replace(spec, task_defaults={"humanoid": {floats[0]: float("nan")}})
+    with pytest.raises(UserError, match="must be a finite number"):
+        bad.config_for("humanoid_walk")
+
+
+@pytest.mark.parametrize("algo,args", [
+    ("td3", ["--gamma", "1.5"]), ("td3", ["--tau", "2"]), ("td3", ["--exploration-noise", "-0.2"]),
+    ("td3", ["--gamma", "nan"]), ("td3", ["--actor-lr", "nan"]),
+    ("td3", ["--exploration-noise", "nan"]), ("sac", ["--gamma", "1.5"]), ("sac", ["--tau", "2"]),
+    ("sac", ["--gamma", "nan"]), ("sac", ["--actor-lr", "nan"]),
+    ("d4pg", ["--env", "humanoid_walk", "--exploration-noise-final", "-0.1"]),
+    ("d4pg", ["--exploration-noise", "nan"]), ("mpo", ["--epsilon", "0"]),
+    ("ppo", ["--gamma", "0"]), ("ddpg", ["--ou-theta", "-1"]), ("td4", ["--policy-noise", "-1"])])
+def test_the_issue_s_bad_values_are_one_line_and_exit_2(algo, args, tmp_path, capsys):
+    env = [] if "--env" in args else ["--env", "cartpole_balance"]
+    with pytest.raises(SystemExit) as e:
+        AGENTS[algo].main([*env, "--log-dir", str(tmp_path / "runs"), *args])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert args[-2] in err, err
+    assert not (tmp_path / "runs").exists()
+
+
 # --------------------------------------------------------------------- diverged steps
 
 def _diverging(env: envs.Env) -> envs.Env:
@@ -141,6 +218,11 @@ def test_a_diverged_step_is_counted_marked_invalid_and_reset():
     assert not np.asarray(calm.info["invalid"]).any()
     broken = step(calm, jnp.ones((3, 1)))
     assert np.asarray(broken.info["invalid"]).all() and np.asarray(broken.truncated).all()
+    # a non-finite action never reaches the physics: it steps as zero force, calmly
+    masked = step(calm, jnp.array([[jnp.nan], [jnp.inf], [0.0]]))
+    assert not np.asarray(masked.info["invalid"]).any()
+    for a, b in zip(jax.tree.leaves(masked), jax.tree.leaves(step(calm, jnp.zeros((3, 1))))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert np.asarray(broken.info["nonfinite"]).tolist() == [1, 1, 1]
     assert np.isfinite(np.asarray(broken.obs)).all() and (np.asarray(broken.reward) == 0).all()
     # the next episode starts from a pool state
@@ -186,6 +268,47 @@ def test_learners_ignore_diverged_steps(algo, monkeypatch):
         assert same(start.actor_params, final.actor_params)
         assert not np.asarray(final.replay.valid).any()
     assert np.isfinite(np.asarray(history["eval/episode_return"])[-1])
+
+
+# --------------------------------------------------------------------- diverged runs
+
+def test_a_diverging_run_ends_with_exit_1_naming_the_step_and_is_not_resumed_or_exported(
+        tmp_path, capsys):
+    """Learning rates of 1e9: the critic's Adam state overflows within the
+    first chunk (1000 env steps, updates from step 200), so the run is marked
+    diverged at its end, step 1000, not at the run's end (2000). Both
+    evaluations are NaN (none logged), the progress line counts it, TensorBoard
+    gets the step, the checkpoint says so: --resume and export refuse it."""
+    args = ["--env", "cartpole_balance", "--backend", "native", "--num-envs", "2",
+            "--total-timesteps", "2000", "--learning-starts", "200", "--batch-size", "16",
+            "--buffer-size", "2000", "--hidden-sizes", "8", "--eval-every", "1000",
+            "--eval-episodes", "1", "--checkpoint-every", "0", "--actor-lr", "1e9",
+            "--critic-lr", "1e9", "--log-dir", str(tmp_path / "runs")]
+    with pytest.raises(SystemExit) as e:
+        td3.main(args)
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert e.value.code == 1 and len(errors) == 1, err
+    assert errors[0].startswith("error: diverged: seed 1 at env step 1000 ("), errors[0]
+    assert "diverged 1/1" in out and "final eval return nan" in out
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import plot
+    stream = str(run_dir / "seed_1")
+    assert plot.read_seed(stream, "stats/diverged_at")[0].values.tolist() == [1000, 1000]
+    assert len(plot.read_seed(stream, "eval/episode_return")[0].values) == 0
+    assert cli.ckpt.read_header(str(run_dir))["diverged_at"] == [1000]
+    with pytest.raises(SystemExit) as e:
+        td3.main([*args, "--resume", str(run_dir)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "diverged (seed 1 at env step 1000)" in err and "cannot continue" in err
+    import export
+    with pytest.raises(SystemExit) as e:
+        export.main([str(run_dir), "--out", str(tmp_path / "p.npz")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "diverged at env step 1000" in err and not (tmp_path / "p.npz").exists()
 
 
 # --------------------------------------------------------------------- initial-state pools

@@ -186,11 +186,38 @@ def test_bad_axes_are_refused_with_one_line(axis, why, tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
-def test_swept_values_are_validated_like_the_config(tmp_path, capsys):
+@pytest.mark.parametrize("algo,specs,why", [
+    ("d4pg", ["v_min=0,200"], "--v-min 200.0 must be below"),
+    ("td3", ["actor_lr=1e-3,1e9", "gamma=0.99,1.5"], "--gamma must be in (0, 1], got 1.5"),
+    ("sac", ["learning_rate=3e-4,-1"], "--actor-lr must be positive, got -1.0"),
+    ("td3", ["exploration_noise=0.1,-0.2"], "--exploration-noise must be >= 0, got -0.2")])
+def test_swept_values_are_validated_like_the_config(algo, specs, why, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        sweep_cli.main(["--algo", "d4pg", *ARGS, "--sweep", "v_min=0,200",
-                        "--log-dir", str(tmp_path)])
-    assert e.value.code == 2 and "--v-min 200.0 must be below" in capsys.readouterr().err
+        sweep_cli.main(["--algo", algo, *ARGS, *[a for s in specs for a in ("--sweep", s)],
+                        "--log-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and why in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_diverging_member_is_ranked_last_and_marked(tmp_path, capsys):
+    """learning_rate=1e9 blows the critic's Adam state up within the only
+    chunk (1000 env steps): that member is diverged at step 1000, its
+    evaluation is NaN, the sweep still exits 0 and ranks it last."""
+    args = list(ARGS)
+    args[args.index("--num-seeds") + 1] = "1"
+    sweep_cli.main(["--algo", "td3", *args, "--sweep", "learning_rate=1e9,1e-3",
+                    "--log-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert "diverged: learning_rate=1e+09/seed_1 at env step 1000 (" in err, err
+    run_dir = _run_dir(tmp_path)
+    rows = json.loads((run_dir / "results.json").read_text())
+    assert [r["values"]["learning_rate"] for r in rows] == [1e-3, 1e9]
+    assert [r["diverged_at"] for r in rows] == [[-1], [1000]]
+    assert np.isfinite(rows[0]["mean"]) and not np.isfinite(rows[1]["mean"])
+    last = out.strip().splitlines()[-1].split()
+    assert last[:5] == ["2", "1e+09", "diverged", "at", "1000"], out
+    assert checkpoint.read_header(str(run_dir))["diverged_at"] == [1000, -1]
 
 
 def test_members_not_divisible_by_devices_are_refused(monkeypatch):

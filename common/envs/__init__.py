@@ -290,7 +290,10 @@ class Env:
     def step(self, state: EnvState, action: jnp.ndarray, pool: Optional[Pool] = None) -> EnvState:
         """One control step; a finished episode restarts from `pool`."""
         pool = self.pool if pool is None else pool
-        action = jnp.clip(action.astype(jnp.float32), self.action_low, self.action_high)
+        # a non-finite action (a diverged policy's) never reaches the physics: 0 instead
+        action = action.astype(jnp.float32)
+        action = jnp.clip(jnp.where(jnp.isfinite(action), action, 0.0), self.action_low,
+                          self.action_high)
         if self.backend == "mjx":
             physics, raw, bad = self.mjx.step(state.physics, action)
         else:
