@@ -264,16 +264,15 @@ def agents_table(rows: List[Dict]) -> str:
 
 # --------------------------------------------------------------------------- 10-minute runs
 
+# the same file names as the standard benchmark's: <task>__<algo>.json and .policy.npz
 def result_path(out: str, task: str, algo: str, suffix: str = ".json") -> str:
-    return os.path.join(out, f"{task}__{algo}{suffix}")
+    from . import standard
+    return standard.result_path(out, task, algo, suffix)
 
 
 def load(out: str) -> List[Dict]:
-    rows = []
-    for path in sorted(glob.glob(os.path.join(out, "*__*.json"))):
-        with open(path) as f:
-            rows.append(json.load(f))
-    return rows
+    from . import standard
+    return standard.load_results(out)
 
 
 def at_marks(seconds: List[float], values: List[float], steps: List[int], marks=MARKS):
