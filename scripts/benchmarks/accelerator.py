@@ -45,7 +45,8 @@ runs: every agent (--algos) on humanoid_walk (and --extra TASK:ALGO runs),
   recipe itself), started in a fresh process and stopped --minutes after its
   start, compile included. Evaluation (10 held-out episodes) every
   --eval-every env steps; the result JSON under docs/results/accelerator/
-  keeps the last evaluation within 2.5, 5 and 10 minutes with its env steps,
+  keeps the last evaluation within 2.5 and 5 minutes and at the run's end
+  (--minutes: a device command may not last 10) with its env steps,
   the env steps/s, the seconds to the first log (startup and compile), the
   exact command and the machine; the policy of the last checkpoint beside it.
 
