@@ -183,6 +183,18 @@ def test_accelerator_update_quick_times_every_part_of_the_update():
     assert len(times) == 6 and all(t > 0 for t in times), row  # mlp ... add
 
 
+def test_accelerator_sample_variants_times_every_form_of_replay_sample():
+    r = _run("accelerator", "update", "--quick", "--sample-variants")
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    head = next(ln for ln in lines if ln.startswith("| batch |"))
+    row = next(ln for ln in lines if ln.startswith("| 16 |"))
+    assert "reference" in head and "flat" in head, r.stdout
+    times = [float(x) for x in row.strip("|").split("|")[1:]]
+    assert len(times) == head.count("|") - 2 and all(t > 0 for t in times), row
+    assert "mlp" not in r.stdout   # the forms of sample alone
+
+
 def test_accelerator_table_reads_the_marks_and_the_end(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from benchmarks import accelerator

@@ -78,6 +78,9 @@ def add_arguments(p) -> None:
                    help="runs: where the JSONs go (default docs/results/accelerator)")
     p.add_argument("--quick", action="store_true",
                    help="smoke check: cartpole_balance, tiny nets and batches, a 40 s run")
+    p.add_argument("--sample-variants", action="store_true",
+                   help="update: only the forms of replay.sample (replay.SAMPLERS), timed "
+                        "in turn in one process, ms per call")
 
 
 def run(args) -> int:
@@ -85,6 +88,11 @@ def run(args) -> int:
     if min(args.batch_sizes) < 1 or args.updates < 1 or args.repeats < 1 or args.minutes <= 0:
         raise UserError("--batch-sizes, --updates, --repeats and --minutes must be positive")
     out = args.out or (os.path.join(ROOT, "bench", "accelerator") if args.quick else RESULTS)
+    if args.part == "update" and args.sample_variants:
+        sample_variants(args.task if not args.quick else "cartpole_balance",
+                        [16] if args.quick else args.batch_sizes,
+                        4 if args.quick else args.updates, max(args.repeats, 5), args.quick)
+        return 0
     if args.part == "update":
         rows = update_parts(args.task if not args.quick else "cartpole_balance",
                             [16] if args.quick else args.batch_sizes,
@@ -218,6 +226,51 @@ def update_parts(task: str, batch_sizes: List[int], n: int, repeats: int,
     for row in out:
         row["add"] = add_s
     return out
+
+
+def sample_variants(task: str, batch_sizes: List[int], n: int, repeats: int,
+                    quick: bool = False) -> None:
+    """Prints a table of ms per replay.sample call (5-step windows, a full
+    1M-transition buffer of `task`'s shapes) for each form in
+    replay.SAMPLERS: each a jitted scan of `n` calls that uses every field of
+    the Batch, the forms timed in turn `repeats` times (interleaved, so a
+    noisy machine slows them alike), medians."""
+    import jax
+    import jax.numpy as jnp
+    from common import envs, replay
+    env = envs.make(task, "native")
+    D, A = env.observation_size, env.action_size
+    E = 16 if quick else RECIPE_ENVS
+    rows_per_env = (4096 if quick else 1_000_000) // E
+    buf = replay.init(rows_per_env, E, D, A, replay.final_slots(rows_per_env, env.episode_length))
+    buf = jax.jit(lambda b: replay.synthetic(b, jax.random.PRNGKey(1), env.episode_length))(buf)
+    names = list(replay.SAMPLERS)
+    used = replay.SAMPLER.get(jax.default_backend(), replay.SAMPLER["default"])
+    lines = [f"replay.sample forms on {device_line()}: ms per call (median of {repeats}, "
+             f"each {n} calls; batch of 5-step windows from {E * rows_per_env:,} transitions, "
+             f"{D} obs, {A} actions); `sample` uses {used} here", "",
+             "| batch | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    print("\n".join(lines), flush=True)
+    for B in batch_sizes:
+        fs = {}
+        for name in names:
+            fn = replay.SAMPLERS[name]
+
+            def scan(bf, c, fn=fn):
+                def body(c, i):
+                    b = fn(bf, jax.random.fold_in(jax.random.PRNGKey(2), i), B, 5, 0.99)
+                    return c + sum(x.sum() for x in b), None
+                return jax.lax.scan(body, c, jnp.arange(n))[0]
+            fs[name] = jax.jit(scan)
+            jax.block_until_ready(fs[name](buf, jnp.zeros(())))
+        times = {name: [] for name in names}
+        for _ in range(repeats):
+            for name in names:
+                t0 = time.perf_counter()
+                jax.block_until_ready(fs[name](buf, jnp.zeros(())))
+                times[name].append((time.perf_counter() - t0) / n)
+        print(f"| {B} | " + " | ".join(f"{1e3 * median(times[k]):.3f}" for k in names) + " |",
+              flush=True)
 
 
 def parts_table(rows: List[Dict]) -> str:
