@@ -11,7 +11,12 @@ default). Each update:
 - Critic: one Q network trained on n-step TD targets
   r + discount * mean_j Q'(s', a'_j), a'_j ~ pi'(.|s') (target policy and
   target critic, `num_samples` actions, clipped to the action bounds); plain
-  TD rather than the paper's Retrace.
+  TD rather than the paper's Retrace. `--critic categorical` (Acme's DMPO, the
+  MPO Acme runs on humanoid): a distribution over `num_atoms` returns on
+  [v_min, v_max] (D4PG's critic), whose target is the mixture over the N sampled
+  next actions of the target critic's distributions, shifted by the n-step
+  return and projected onto the support (D4PG's projection), learned by
+  cross-entropy; the E-step reads each sample's expected value.
 - E-step: on the same states s_i = s' and the same N = `num_samples`
   samples a_ij ~ pi'(.|s_i) as the TD target (as in Acme, so one sampled
   critic evaluation serves both: it is most of the update's cost), weights
@@ -38,7 +43,9 @@ default). Each update:
   online ones.
 
 Actor and critic gradients are clipped to a global norm of 40 (Acme).
-Exploration samples the online Gaussian; evaluation acts with its mean.
+Exploration samples the online Gaussian; `--exploration-noise s` > 0 acts
+instead with its mean plus Gaussian noise of std s (D4PG's exploration, in
+units of half the action range). Evaluation acts with the mean.
 Actions reaching the env or the critic are clipped to the action bounds.
 
 Acting in `num_envs` parallel envs, physics, replay, learning and evaluation
@@ -47,6 +54,7 @@ run as one XLA program; `--num-seeds N` trains N independent seeds in it.
 Usage:
     python algos/mpo.py --env cheetah_run
     python algos/mpo.py --env humanoid_walk --num-seeds 4 --backend native
+    python algos/mpo.py --env humanoid_walk --critic categorical
 """
 import os
 import sys
@@ -63,7 +71,7 @@ import jax.numpy as jnp
 import optax
 
 from common import agent, cli, envs, networks, normalize, replay
-from common.errors import exit_on_user_error
+from common.errors import UserError, exit_on_user_error
 
 
 # ----------------------------------------------------------------------------- Config
@@ -131,6 +139,9 @@ class Config:
     """initial Lagrange multiplier of the std constraint"""
     init_std: float = 0.7
     """policy std at initialisation (the exploration noise before the M-step shrinks it)"""
+    exploration_noise: float = 0.0
+    """0: explore by sampling the online Gaussian policy (MPO); > 0: act with its mean plus
+    Gaussian noise of this std, in units of half the action range (D4PG's exploration)"""
     per_dim_constraining: bool = True
     """one KL constraint (and multiplier) per action dimension instead of one in total"""
     action_penalization: bool = True
@@ -154,6 +165,15 @@ class Config:
     """width of the simba critic torso (its blocks are 4x wider inside)"""
     simba_blocks: int = 1
     """residual blocks of the simba critic torso"""
+    critic: str = "scalar"
+    """scalar (Q(s, a), squared TD error) or categorical (Acme's DMPO: a distribution over
+    --num-atoms returns on [--v-min, --v-max], cross-entropy to the projected target)"""
+    num_atoms: int = 101
+    """atoms of the categorical critic's support"""
+    v_min: float = 0.0
+    """lowest return on the categorical critic's support"""
+    v_max: float = 100.0
+    """highest return on the categorical critic's support"""
     normalize_obs: bool = False
     """normalise observations with running mean/std"""
     obs_clip: float = 10.0
@@ -183,14 +203,19 @@ RANGES = dict(
     critic_lr="(0, inf)", max_grad_norm="[0, inf) 0: off",
     dual_lr="(0, inf)", epsilon="(0, inf)", epsilon_mean="(0, inf)", epsilon_stddev="(0, inf)",
     init_temperature="(0, inf)", init_alpha_mean="(0, inf)", init_alpha_stddev="(0, inf)",
-    init_std="(0, inf)", epsilon_penalty="(0, inf)",
-    obs_clip="(0, inf)")
+    init_std="(0, inf)", epsilon_penalty="(0, inf)", exploration_noise="[0, inf)",
+    obs_clip="(0, inf)", v_min="< v_max", v_max="(-inf, inf)")
+
+CRITICS = ("scalar", "categorical")
 
 
 def validate(config: Config) -> None:
     agent.check_ranges(config, RANGES)
     agent.check_positive(config, "num_envs", "num_seeds", "total_timesteps", "eval_episodes",
                          "buffer_size", "batch_size", "n_step", "num_samples")
+    agent.check_choice(config, "critic", CRITICS)
+    if config.num_atoms < 2:
+        raise UserError(f"--num-atoms must be at least 2, got {config.num_atoms}")
     agent.check_off_policy(config)
 
 
@@ -222,11 +247,16 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
+    """Q(s, a): [...]; with num_atoms (--critic categorical) the logits of the
+    return distribution over the support instead: [..., num_atoms]."""
     torso: networks.Torso  # hidden layers: MLP or SimBa (common/networks.py)
+    num_atoms: int = 0     # 0: the scalar critic
 
     @nn.compact
     def __call__(self, obs, action):
         x = self.torso(jnp.concatenate([obs, action], -1))
+        if self.num_atoms:
+            return nn.Dense(self.num_atoms)(x)
         return nn.Dense(1)(x).squeeze(-1)
 
 
@@ -247,6 +277,9 @@ class HParams(NamedTuple):
     init_alpha_stddev: jnp.ndarray
     epsilon_penalty: jnp.ndarray
     max_grad_norm: jnp.ndarray
+    exploration_noise: jnp.ndarray
+    v_min: jnp.ndarray
+    v_max: jnp.ndarray
 
 
 class Duals(NamedTuple):
@@ -304,6 +337,54 @@ def td_target(reward, discount, next_q_samples):
     actions ([N, B]). `discount` is gamma^m, or 0 after a termination (never
     after a truncation)."""
     return reward + discount * next_q_samples.mean(0)
+
+
+def categorical_projection(reward, discount, probs, v_min, v_max, dense=None):
+    """Project the distribution of reward + discount * Z onto the support
+    (C51's projection, Bellemare, Dabney and Munos 2017).
+
+    Z has probabilities `probs` [..., K] on K atoms evenly spaced on
+    [v_min, v_max]; reward and discount are [...]. Each shifted atom is
+    clipped to [v_min, v_max] and its mass split between the two nearest
+    atoms in proportion to closeness (all of it to an atom it lands on), so
+    the result [..., K] keeps the total mass. On a CPU as two scatter-adds
+    of K values per distribution (O(K); the dense form cost a quarter of the
+    update at 101 atoms there); on an accelerator (`dense`, default: not on
+    a CPU) as a [K, K] triangle-kernel product, since scatters serialise on
+    a TPU (scripts/benchmark.py accelerator)."""
+    K = probs.shape[-1]
+    delta = (v_max - v_min) / (K - 1)
+    shifted = jnp.clip(reward[..., None] + discount[..., None] * jnp.linspace(v_min, v_max, K),
+                       v_min, v_max)
+    position = (shifted - v_min) / delta                  # in [0, K - 1]
+    dense = jax.default_backend() != "cpu" if dense is None else dense
+    if dense:
+        share = jnp.maximum(0.0, 1 - jnp.abs(position[..., None] - jnp.arange(K)))
+        return jnp.einsum("...i,...ij->...j", probs, share,
+                          precision=jax.lax.Precision.HIGHEST)
+    lower = jnp.clip(jnp.floor(position), 0, K - 2)
+    upper_share = (position - lower).reshape(-1)
+    rows = K * jnp.arange(upper_share.size // K)[:, None]
+    index = (rows + lower.reshape(-1, K).astype(jnp.int32)).reshape(-1)
+    mass = probs.reshape(-1)
+    out = jnp.zeros(mass.shape, probs.dtype).at[index].add(mass * (1 - upper_share))
+    return out.at[index + 1].add(mass * upper_share).reshape(probs.shape)
+
+
+def categorical_td_target(reward, discount, next_logits, v_min, v_max):
+    """The categorical critic's target (Acme's DMPO): the mixture (mean of the
+    probabilities) of the target critic's distributions of the N sampled next
+    actions (logits [N, B, K]), shifted by the n-step return, scaled by
+    `discount` and projected onto the support: [B, K]. The projection is
+    linear, so this is also the mean of the N projected distributions."""
+    mixture = jax.nn.softmax(next_logits).mean(0)
+    return categorical_projection(reward, discount, mixture, v_min, v_max)
+
+
+def expected_q(logits, v_min, v_max):
+    """The mean of a categorical critic's distribution: [..., K] -> [...]."""
+    support = jnp.linspace(v_min, v_max, logits.shape[-1])
+    return (jax.nn.softmax(logits) * support).sum(-1)
 
 
 def batch_mean(x, mask):
@@ -414,7 +495,8 @@ def make_train(config: Config) -> agent.Train:
     E, A, N = config.num_envs, env.action_size, config.num_samples
 
     actor = Actor(config.hidden_sizes, A, config.init_std)
-    critic = Critic(networks.critic_torso(config))
+    categorical = config.critic == "categorical"
+    critic = Critic(networks.critic_torso(config), config.num_atoms if categorical else 0)
     # learning rates and the clip bound are traced (swept); at --max-grad-norm 0 there is
     # no clipping stage, so the default program is the one without it
     clip = lambda hp: hp.max_grad_norm if config.max_grad_norm > 0 else None
@@ -426,8 +508,9 @@ def make_train(config: Config) -> agent.Train:
     obs_in = lambda stats, obs: (normalize.normalize(stats, obs, config.obs_clip)
                                  if config.normalize_obs else obs)
 
-    def sampled_q(critic_params, obs, actions):
-        """Q of N actions per state: obs [B, D], actions [N, B, A] -> [N, B]."""
+    def sampled_critic(critic_params, obs, actions):
+        """The critic of N actions per state: obs [B, D], actions [N, B, A] ->
+        Q [N, B] (categorical: logits [N, B, K])."""
         return critic.apply(critic_params, jnp.broadcast_to(obs, (N,) + obs.shape), to_env(actions))
 
     def init(key, hp=None):
@@ -449,12 +532,16 @@ def make_train(config: Config) -> agent.Train:
 
     def iteration(state: TrainState, i):
         """Every env takes one step; then the due gradient updates."""
+        hp = state.hp
         key, k_policy, k_random = jax.random.split(state.key, 3)
         env_state = state.env_state
         obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
             else state.obs_stats
         mean, std = actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs))
-        explore = to_env(distrax.Normal(mean, std).sample(seed=k_policy))
+        # a sample of the policy's Gaussian, or at --exploration-noise > 0 of one with that
+        # fixed std instead (D4PG's mean plus noise); a traced choice, so it can be swept
+        sigma = jnp.where(hp.exploration_noise > 0, hp.exploration_noise, std)
+        explore = to_env(distrax.Normal(mean, sigma).sample(seed=k_policy))
         random = box.uniform(k_random, explore.shape)
         warmup = i * E < config.learning_starts
         action = jnp.where(warmup, random, explore)
@@ -487,12 +574,21 @@ def make_train(config: Config) -> agent.Train:
         # the update's cost.
         target_mean, target_std = actor.apply(state.actor_target, next_obs)
         actions = distrax.Normal(target_mean, target_std).sample(seed=k_next, sample_shape=N)
-        q_samples = sampled_q(state.critic_target, next_obs, actions)
-        target = td_target(batch.reward, batch.discount, q_samples)
+        if categorical:  # the E-step reads each sample's expected value
+            logits = sampled_critic(state.critic_target, next_obs, actions)
+            target = categorical_td_target(batch.reward, batch.discount, logits,
+                                           hp.v_min, hp.v_max)
+            q_samples = expected_q(logits, hp.v_min, hp.v_max)
+        else:
+            q_samples = sampled_critic(state.critic_target, next_obs, actions)
+            target = td_target(batch.reward, batch.discount, q_samples)
 
         def critic_loss(params):
-            q = critic.apply(params, obs, batch.action)
-            return (batch.mask * (q - target) ** 2).mean(), q
+            out = critic.apply(params, obs, batch.action)
+            if categorical:
+                cross_entropy = -(target * jax.nn.log_softmax(out)).sum(-1)
+                return (batch.mask * cross_entropy).mean(), expected_q(out, hp.v_min, hp.v_max)
+            return (batch.mask * (out - target) ** 2).mean(), out
 
         (qf_loss, q), grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params)
         updates, critic_opt = critic_tx(hp).update(grads, state.critic_opt, state.critic_params)
@@ -531,7 +627,8 @@ def make_train(config: Config) -> agent.Train:
 def make_act(config: Config, env: envs.Env):
     """act(state, obs, key, deterministic) -> action in env units, from the
     train state's policy (observations normalised as in training): the
-    Gaussian's mean when deterministic, else a sample; clipped to the bounds."""
+    Gaussian's mean when deterministic, else a sample as in training (its std,
+    or --exploration-noise when > 0); clipped to the bounds."""
     actor = Actor(config.hidden_sizes, env.action_size, config.init_std)
     box = agent.action_box(env)
 
@@ -539,7 +636,8 @@ def make_act(config: Config, env: envs.Env):
         if config.normalize_obs:
             obs = normalize.normalize(state.obs_stats, obs, config.obs_clip)
         mean, std = actor.apply(state.actor_params, obs)
-        action = mean if deterministic else distrax.Normal(mean, std).sample(seed=key)
+        sigma = jnp.where(state.hp.exploration_noise > 0, state.hp.exploration_noise, std)
+        action = mean if deterministic else distrax.Normal(mean, sigma).sample(seed=key)
         return box.clip(box.to_env(action))
 
     return act

@@ -1,7 +1,11 @@
 """MPO end to end: smoke on both backends, seeds, resume, the E-step weights
-and temperature dual, the decoupled KL constraints, bad input and learning.
-Tiny networks and budgets; compiled programs are shared."""
+and temperature dual, the decoupled KL constraints, the categorical critic
+(DMPO) and D4PG-style exploration, bad input and learning. Tiny networks and
+budgets; compiled programs are shared."""
 import dataclasses
+import functools
+import inspect
+import json
 
 import distrax
 import jax
@@ -10,7 +14,9 @@ import numpy as np
 import optax
 import pytest
 
-from algos import mpo
+from algos import d4pg, mpo
+from common import checkpoint, cli, replay
+from common.errors import UserError
 from tests import agent_checks as checks
 
 TINY = mpo.Config(env="cartpole_balance", backend="native", num_envs=2, num_seeds=2,
@@ -285,15 +291,190 @@ def test_duals_stay_positive_per_dimension():
     assert float(low.temperature) == mpo.MIN_DUAL_PARAM and (mpo.positive(low.alpha_mean) > 0).all()
 
 
+# --------------------------------------------------------------------- categorical critic (DMPO)
+
+CATEGORICAL = dataclasses.replace(TINY, num_seeds=1, critic="categorical", num_atoms=11,
+                                  v_max=10.0)
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["scatter (CPU)", "dense (accelerator)"])
+def test_projection(dense):
+    checks.check_projection(functools.partial(mpo.categorical_projection, dense=dense))
+
+
+def test_projection_is_the_same_code_as_d4pg():
+    assert inspect.getsource(mpo.categorical_projection) == \
+        inspect.getsource(d4pg.categorical_projection)
+
+
+def test_categorical_target_projects_the_mixture_of_the_sampled_next_actions():
+    """Support 0..4, N = 2 sampled next actions, B = 2 states. State 0: the
+    samples put all mass on 1 and on 3, so the mixture is half on each; r = 0.5
+    and discount 1 move them to 1.5 and 3.5, each split half-half. State 1
+    is terminal (discount 0): all mass at r = 2.25, whatever the next actions."""
+    probs = jnp.array([[[0, 1, 0, 0, 0], [.2, .2, .2, .2, .2]],       # sample 1, states 0 and 1
+                       [[0, 0, 0, 1, 0], [1, 0, 0, 0, 0]]])          # sample 2
+    logits = jnp.log(probs + 1e-30)
+    y = mpo.categorical_td_target(jnp.array([0.5, 2.25]), jnp.array([1.0, 0.0]), logits, 0.0, 4.0)
+    np.testing.assert_allclose(y, [[0, .25, .25, .25, .25], [0, 0, .75, .25, 0]], atol=1e-6)
+    # where nothing is clipped its mean is the scalar target of the samples' expected values
+    q = mpo.expected_q(logits, 0.0, 4.0)                                # [N, B]
+    np.testing.assert_allclose(q[:, 0], [1.0, 3.0], rtol=1e-6)
+    np.testing.assert_allclose((y[0] * jnp.arange(5.0)).sum(),
+                               mpo.td_target(jnp.array([0.5]), jnp.array([1.0]), q[:, :1])[0],
+                               rtol=1e-6)
+
+
+def test_expected_q_is_the_mean_of_the_distribution():
+    logits = jnp.log(jnp.array([[.2, .3, .5], [1.0, 0.0, 0.0]]) + 1e-30)
+    np.testing.assert_allclose(mpo.expected_q(logits, -1.0, 3.0), [.2 * -1 + .3 * 1 + .5 * 3, -1],
+                               rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def categorical():
+    """CATEGORICAL's train and two start states, one per --exploration-noise
+    (0 and 0.2, as a sweep runs them: same seed), with full random buffers.
+    The programs built from them compile with checks.MJX_COMPILE (3x faster)."""
+    train = mpo.make_train(CATEGORICAL)
+    noises = (0.0, 0.2)
+    hps = jax.tree.map(lambda *x: jnp.stack(x), *[
+        mpo.AGENT.hparams(dataclasses.replace(CATEGORICAL, exploration_noise=s)) for s in noises])
+    start = jax.jit(jax.vmap(train.init, in_axes=(None, 0)))(jax.random.PRNGKey(0), hps)
+    fill = jax.jit(jax.vmap(replay.synthetic, in_axes=(0, None, None)), static_argnums=2)
+    start = start._replace(replay=fill(start.replay, jax.random.PRNGKey(1), 100))
+    return dict(train=train, noises=noises, start=jax.tree.map(np.asarray, start))
+
+
+def test_categorical_update_feeds_the_e_step_the_target_distributions_means(categorical,
+                                                                          monkeypatch):
+    """One update, with the arrays it hands to the target and the E-step
+    returned too: the critic target is the projected mixture of the target
+    critic's [N, B, K] logits, and the E-step's q are those same
+    distributions' expected values; the online critic's mean Q is logged."""
+    seen = {}
+    project, policy_loss = mpo.categorical_td_target, mpo.policy_loss
+
+    def target(reward, discount, logits, v_min, v_max):
+        seen.update(reward=reward, discount=discount, logits=logits)
+        seen["target"] = project(reward, discount, logits, v_min, v_max)
+        return seen["target"]
+
+    def loss(mean, std, target_mean, target_std, actions, q, *args):
+        seen["q"] = q
+        return policy_loss(mean, std, target_mean, target_std, actions, q, *args)
+
+    monkeypatch.setattr(mpo, "categorical_td_target", target)
+    monkeypatch.setattr(mpo, "policy_loss", loss)
+    update = jax.jit(lambda s: (*categorical["train"].update(s, 0), dict(seen)),
+                     compiler_options=checks.MJX_COMPILE)
+    state = jax.tree.map(lambda x: x[0], categorical["start"])
+    _, metrics, seen = update(state)
+    N, B, K = CATEGORICAL.num_samples, CATEGORICAL.batch_size, CATEGORICAL.num_atoms
+    probs = jax.nn.softmax(seen["logits"])
+    assert probs.shape == (N, B, K) and seen["q"].shape == (N, B)
+    np.testing.assert_allclose(seen["q"], (probs * jnp.linspace(0, 10, K)).sum(-1), rtol=1e-5)
+    reference = checks.reference_projection(np.asarray(seen["reward"]),
+                                            np.asarray(seen["discount"]),
+                                            np.asarray(probs.mean(0)), 0.0, 10.0)
+    np.testing.assert_allclose(seen["target"], reference, atol=1e-5)
+    assert 0 <= float(metrics["losses/qf1_values"]) <= 10
+    assert np.isfinite(float(metrics["losses/qf_loss"]))
+
+
+def test_cli_runs_the_categorical_critic(tmp_path):
+    """`python algos/mpo.py --critic categorical` (and D4PG-style exploration;
+    its main() in this process) runs to the end and logs finite losses: its
+    checkpoint holds a critic with num_atoms outputs."""
+    _, history = mpo.main([
+        "--env", "cartpole_balance", "--backend", "native", "--critic", "categorical",
+        "--num-atoms", "11", "--v-max", "10", "--exploration-noise", "0.2",
+        "--total-timesteps", "600", "--learning-starts", "200", "--num-envs", "2",
+        "--batch-size", "16", "--buffer-size", "600", "--hidden-sizes", "8",
+        "--num-samples", "4", "--eval-every", "0", "--eval-episodes", "1",
+        "--checkpoint-every", "0", "--log-dir", str(tmp_path)])
+    for name in ("losses/qf_loss", "losses/qf1_values", "stats/kl_weights"):
+        assert np.isfinite(np.asarray(history[name])[:, -1]).all(), name
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["critic"] == "categorical" and config["exploration_noise"] == 0.2
+    paths = checkpoint.read_header(str(run_dir))["leaf_paths"]
+    with np.load(run_dir / "checkpoint.npz") as z:
+        critic = {p: z[f"leaf_{i:05d}"] for i, p in enumerate(paths)
+                  if p.startswith(".critic_params")}
+    assert all(np.isfinite(v).all() for v in critic.values())
+    assert critic[".critic_params['params']['Dense_1']['kernel']"].shape == (1, 8, 11)
+
+
+# --------------------------------------------------------------------- exploration
+
+def test_exploration_noise_acts_with_the_clipped_mean_plus_that_noise(categorical):
+    """One iteration past the warm-up, vmapped over --exploration-noise 0 and
+    0.2 (same seed, so the same normal draw eps): at 0.2 each env gets
+    clip(mean + 0.2 eps), at 0 clip(mean + std eps), a sample of the
+    policy's Gaussian."""
+    train, start = categorical["train"], categorical["start"]
+    iteration = jax.jit(jax.vmap(train.iteration, in_axes=(0, None)),
+                        compiler_options=checks.MJX_COMPILE)
+    past_warmup = CATEGORICAL.learning_starts // CATEGORICAL.num_envs
+    after, _ = iteration(start, past_warmup)
+    actor = mpo.Actor(CATEGORICAL.hidden_sizes, train.env.action_size, CATEGORICAL.init_std)
+    for m, noise in enumerate(categorical["noises"]):
+        state = jax.tree.map(lambda x: x[m], start)
+        mean, std = jax.jit(actor.apply)(state.actor_params, state.env_state.obs)
+        eps = jax.random.normal(jax.random.split(state.key, 3)[1], mean.shape)
+        want = np.clip(mean + (noise if noise > 0 else std) * eps, -1, 1)
+        row = int(state.replay.pos)                       # where this step's actions go
+        np.testing.assert_allclose(after.replay.action[m, row], want, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(want, np.clip(mean, -1, 1))
+
+
+def test_stochastic_act_has_the_exploration_noise_std(categorical):
+    """make_act's sample follows training: at a zero observation the policy
+    mean is 0 and the actions' std over many keys is --exploration-noise (not
+    the policy's std, 0.7 at init); deterministic acting is the mean."""
+    state = jax.tree.map(lambda x: x[1], categorical["start"])      # noise 0.2
+    act = mpo.make_act(CATEGORICAL, categorical["train"].env)
+    obs = jnp.zeros(state.env_state.obs.shape[-1])
+    sample = jax.jit(jax.vmap(lambda s, k: act(s, obs, k, False), in_axes=(None, 0)))
+    actions = sample(state, jax.random.split(jax.random.PRNGKey(1), 4000))
+    np.testing.assert_allclose(jax.jit(act, static_argnums=3)(state, obs, None, True), 0.0,
+                               atol=1e-6)
+    np.testing.assert_allclose(np.std(actions), 0.2, rtol=0.05)
+    np.testing.assert_allclose(np.mean(actions), 0.0, atol=0.02)
+
+
+def test_sweep_over_exploration_noise_is_planned_as_one_program():
+    """`scripts/sweep.py --algo mpo --sweep exploration_noise=0,0.2 --num-seeds 2`:
+    4 members, the noise a traced per-member value; a negative noise is
+    refused before anything compiles, and the critic (a structure) is no axis."""
+    config = cli.parse(mpo.AGENT, ["--env", "cartpole_balance", "--num-seeds", "2"],
+                       announce=False)
+    axes = cli.check_inputs(mpo.AGENT, config, ["exploration_noise=0,0.2"])
+    plan = cli.plan_members(mpo.AGENT, config, axes)
+    assert plan.num_members == 4
+    np.testing.assert_allclose(plan.hps.exploration_noise, [0, 0, 0.2, 0.2], rtol=1e-6)
+    np.testing.assert_allclose(plan.hps.epsilon, [config.epsilon] * 4, rtol=1e-6)
+    with pytest.raises(UserError, match="--exploration-noise must be >= 0"):
+        cli.check_inputs(mpo.AGENT, config, ["exploration_noise=-0.1,0.2"])
+    with pytest.raises(UserError, match="changes array shapes"):
+        cli.check_inputs(mpo.AGENT, config, ["critic=1,2"])
+
+
 # --------------------------------------------------------------------- CLI
 
 def test_cli_help(capsys):
-    checks.check_help(mpo, capsys, "--epsilon-mean", "--num-samples", "--dual-lr", "Lagrange")
+    checks.check_help(mpo, capsys, "--epsilon-mean", "--num-samples", "--dual-lr", "Lagrange",
+                      "--critic", "--num-atoms", "--exploration-noise")
 
 
 BAD = checks.BAD + [(["--num-samples", "0"], "num-samples must be positive"),
                     (["--epsilon-stddev", "0"], "epsilon-stddev must be positive"),
-                    (["--init-std", "0"], "init-std must be positive")]
+                    (["--init-std", "0"], "init-std must be positive"),
+                    (["--critic", "quantile"], "unknown --critic 'quantile'"),
+                    (["--num-atoms", "1"], "num-atoms must be at least 2"),
+                    (["--v-min", "100"], "--v-min 100.0 must be below --v-max 100.0"),
+                    (["--exploration-noise", "-0.1"], "exploration-noise must be >= 0")]
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=[m for _, m in BAD])
