@@ -58,11 +58,11 @@ def curve(run_dir: str) -> Dict:
     return out
 
 
-def record(name: str, run_dir: str, command: str, note: str = "") -> Dict:
+def record(name: str, run_dir: str, command: str, note: str = "", device: str = "cpu") -> Dict:
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
     result = dict(name=name, command=command, note=note, config=config, run_dir=run_dir,
-                  date=time.strftime("%Y-%m-%d"), **curve(run_dir))
+                  device=device, date=time.strftime("%Y-%m-%d"), **curve(run_dir))
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, name + ".json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -76,6 +76,12 @@ def at_minutes(result: Dict, minutes: float) -> Optional[float]:
     return within[-1] if within else None
 
 
+def at_steps(result: Dict, steps: int) -> Optional[float]:
+    """The last evaluation return logged at or before `steps` env steps."""
+    within = [r for r, s in zip(result["returns"], result["steps"]) if s <= steps]
+    return within[-1] if within and result["steps"][-1] >= 0.95 * steps else None
+
+
 def table(out: str = OUT) -> str:
     rows = []
     for path in sorted(glob.glob(os.path.join(out, "*.json"))):
@@ -87,23 +93,28 @@ def table(out: str = OUT) -> str:
              "pinned to one core of a 2-core machine (two probes at "
              "a time). Returns are the mean of 10 deterministic evaluation episodes from held-out "
              "initial states, the last evaluation within each mark of the run's own wall-clock "
-             "(compile included). Regenerate with `python scripts/probes.py table`.", "",
+             "(compile included), and at 1M and 1.5M env steps. Probes run on the TPU machine "
+             "(device `tpu`: several in one program, see their notes) have no minute "
+             "columns: their minutes are not one core's. Regenerate with "
+             "`python scripts/probes.py table`.", "",
              "| probe | command (flags beyond the agent and task) | env steps/s | env steps | "
-             + " | ".join(f"{m} min" for m in MARKS) + " | best | note |",
-             "|---|---|---|---|" + "---|" * len(MARKS) + "---|---|"]
+             + " | ".join(f"{m} min" for m in MARKS) + " | 1M steps | 1.5M steps | best | note |",
+             "|---|---|---|---|" + "---|" * len(MARKS) + "---|---|---|---|"]
     for r in rows:
         # a mark the run reached (within 10%: a 30-minute probe ends near 28-30 min)
-        marks = [at_minutes(r, m) if r["seconds"] and r["seconds"][-1] >= 0.9 * m * 60 else None
-                 for m in MARKS]
+        on_cpu = r.get("device", "cpu") == "cpu"
+        marks = [at_minutes(r, m) if on_cpu and r["seconds"] and r["seconds"][-1] >= 0.9 * m * 60
+                 else None for m in MARKS] + [at_steps(r, 1_000_000), at_steps(r, 1_500_000)]
         cells = ["" if v is None else f"{v:.0f}" for v in marks]
         minutes = r["seconds"][-1] / 60 if r["seconds"] else 0
+        where = f"{minutes:.0f} min" if on_cpu else f"{minutes:.0f} min on the {r['device']}"
         note = r["note"]
         if r.get("seed_returns"):
             per = ", ".join(f"{v[-1]:.0f}" for v in r["seed_returns"])
             note = (f"{len(r['seed_returns'])} seeds in one process (returns: their mean; "
                     f"at the last evaluation {per})" + ("; " + note if note else ""))
         lines.append(f"| {r['name']} | `{r['command']}` | {r['sps'] or 0:.0f} | "
-                     f"{r['steps'][-1] if r['steps'] else 0:,} ({minutes:.0f} min) | "
+                     f"{r['steps'][-1] if r['steps'] else 0:,} ({where}) | "
                      + " | ".join(cells) + f" | {max(r['returns'] or [0]):.0f} | {note} |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(os.path.dirname(out), "probes.md"), "w") as f:
@@ -157,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("run_dir")
     c.add_argument("--command", required=True)
     c.add_argument("--note", default="")
+    c.add_argument("--device", default="cpu",
+                   help="where it ran: cpu (one core) or the accelerator's kind (tpu, gpu)")
     sub.add_parser("table")
     return p
 
@@ -171,7 +184,7 @@ def main() -> None:
     if a.mode == "run":
         run(a.name, a.core, cmd, a.note)
     elif a.mode == "record":
-        record(a.name, a.run_dir, a.command, a.note)
+        record(a.name, a.run_dir, a.command, a.note, a.device)
     print(table())
 
 
