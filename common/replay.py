@@ -203,69 +203,31 @@ def _wrap(i, size):
     return jnp.where(i >= size, i - size, i)
 
 
-def _at(x, k):
-    """x[b, k[b]] of a small [B, n] array, as a select and a reduction."""
-    pick = jnp.arange(x.shape[1])[None, :] == k[:, None]
-    if x.dtype == jnp.bool_:
-        return jnp.any(pick & x, axis=1)
-    return jnp.sum(jnp.where(pick, x, 0), axis=1)
-
-
-def _windows(x, t, e, n: int):
-    """x[(t + k) % C, e] for k < n of a [C, E] array as [B, n]: one gather of
-    an (n, 1) slice per window, started at min(t, C - n); the windows that
-    wrap past the ring's end (t > C - n) are shifted into place from that
-    slice and rows 0..n-1 of their stream, by selects."""
-    C = x.shape[0]
-    s = jnp.minimum(t, C - n)
-    dims = jax.lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(1,),
-                                          start_index_map=(0, 1))
-    out = jax.lax.gather(x, jnp.stack([s, e], 1), dims, (n, 1),
-                         mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
-    if n > 1:
-        shift = t - s                                                # 0 unless wrapped
-        both = jnp.concatenate([out, _take(x[:n].T, e)], 1)          # [B, 2n]
-        for j in range(1, n):
-            out = jnp.where((shift == j)[:, None], both[:, j:j + n], out)
-    return out
-
-
-def _sample_flat(buf, key, batch_size, n_step, gamma, window_slot: bool, packed: bool,
-                 slices: bool = False):
-    """The forms other than the reference (flat rows need C*E < 2**30)."""
+def sample_flat_packed(buf: Replay, key: jax.Array, batch_size: int, n_step: int,
+                       gamma) -> Batch:
+    """One bare 1-D gather per field from [C*E, ...] views of the buffer (flat
+    row t*E + e, wrapped without `%`; needs C*E < 2**30), obs[t] and obs[t+m]
+    in one, and the three flags packed into one byte per row of the whole
+    buffer at each call (O(buffer), unless the compiler fuses the packing into
+    the gather) and gathered once."""
     C, E = buf.reward.shape
     CE = C * E
     t, e = _start(buf, key, batch_size, n_step, _wrap)
     i = t * E + e                                                    # flat row of (t, e)
     rows = _wrap(i[:, None] + E * jnp.arange(n_step)[None, :], CE)   # [B, n] flat rows
-    window = ((lambda x: _windows(x, t, e, n_step)) if slices
-              else (lambda x: _take(_flat(x), rows)))
-    r = window(buf.reward)
-    if slices:
-        term = window(buf.terminated)
-        done = term | window(buf.truncated)
-        valid = window(buf.valid)
-    elif packed:   # the three flags of the whole buffer as one byte, then one gather
-        flags = (buf.terminated.astype(jnp.uint8) | (buf.truncated.astype(jnp.uint8) << 1)
-                 | (buf.valid.astype(jnp.uint8) << 2))
-        f = _take(_flat(flags), rows)
-        term, done, valid = (f & 1) > 0, (f & 3) > 0, (f & 4) > 0
-    else:
-        term = _take(_flat(buf.terminated), rows)
-        done = term | _take(_flat(buf.truncated), rows)
-        valid = _take(_flat(buf.valid), rows)
+    r = _take(_flat(buf.reward), rows)
+    flags = (buf.terminated.astype(jnp.uint8) | (buf.truncated.astype(jnp.uint8) << 1)
+             | (buf.valid.astype(jnp.uint8) << 2))
+    f = _take(_flat(flags), rows)
+    term, done, valid = (f & 1) > 0, (f & 3) > 0, (f & 4) > 0
     alive = _alive(done, valid, batch_size)
     gammas = gamma ** jnp.arange(n_step, dtype=jnp.float32)
     ret = jnp.sum(alive * gammas * r, axis=1)
     m = jnp.sum(alive, axis=1)                                       # steps counted, 1..n
     last = _wrap(t + m - 1, C)
-    if window_slot:   # the window's side-store slots in the first round of gathers
-        slot = _at(window(buf.final_slot), m - 1)
-        cut, terminal = _at(done, m - 1), _at(term, m - 1)
-    else:
-        slot = _take(_flat(buf.final_slot), last * E + e)
-        cut = done[jnp.arange(batch_size), m - 1]
-        terminal = term[jnp.arange(batch_size), m - 1]
+    slot = _take(_flat(buf.final_slot), last * E + e)
+    cut = done[jnp.arange(batch_size), m - 1]
+    terminal = term[jnp.arange(batch_size), m - 1]
     F = buf.final_obs.shape[0]
     fin = slot * E + e
     both = _take(_flat(buf.obs), jnp.concatenate([i, _wrap(i + m * E, CE)]))  # obs[t], obs[t+m]
@@ -276,51 +238,17 @@ def _sample_flat(buf, key, batch_size, n_step, gamma, window_slot: bool, packed:
     return Batch(both[:batch_size], _take(_flat(buf.action), i), ret, discount, next_obs, mask)
 
 
-def sample_flat(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> Batch:
-    """One bare 1-D gather per field from [C*E, ...] views of the buffer
-    (flat row t*E + e, wrapped without `%`), obs[t] and obs[t+m] in one."""
-    return _sample_flat(buf, key, batch_size, n_step, gamma, False, False)
-
-
-def sample_flat_packed(buf: Replay, key: jax.Array, batch_size: int, n_step: int,
-                       gamma) -> Batch:
-    """sample_flat, with the three flags packed into one byte per row of the
-    whole buffer at each call (O(buffer), unless the compiler fuses the
-    packing into the gather) and gathered once."""
-    return _sample_flat(buf, key, batch_size, n_step, gamma, False, True)
-
-
-def sample_window(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> Batch:
-    """sample_flat, with the side-store slot gathered over the whole window
-    beside the flags (so the final_obs gathers wait on one round, not two),
-    and the values at step m-1 picked by a select, not a gather."""
-    return _sample_flat(buf, key, batch_size, n_step, gamma, True, False)
-
-
-def sample_packed(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> Batch:
-    """sample_window, with the flags packed as in sample_flat_packed."""
-    return _sample_flat(buf, key, batch_size, n_step, gamma, True, True)
-
-
-def sample_slices(buf: Replay, key: jax.Array, batch_size: int, n_step: int, gamma) -> Batch:
-    """sample_window, with each scalar field's window gathered as one
-    (n, 1) slice of the [C, E] array instead of n single elements."""
-    return _sample_flat(buf, key, batch_size, n_step, gamma, True, False, slices=True)
-
-
-SAMPLERS = {"reference": sample_reference, "flat": sample_flat,
-            "flat_packed": sample_flat_packed, "window": sample_window,
-            "packed": sample_packed, "slices": sample_slices}
-# jax.default_backend() -> the form `sample` uses ("default": any other).
-# All forms give the same Batch; only their speed differs. On a CPU
-# (2026-12-06, a 2-core machine loaded by two other runs, so noisy;
-# interleaved medians, a full 1M-transition humanoid buffer) flat_packed was
-# the fastest at batch 256 (0.31 against 0.35 ms of CPU time per call pinned
-# to one core, 0.42 against 0.47 unpinned) and level with the reference at
-# 4096; the others were within the noise of the reference. No form has been
-# timed on a TPU yet: once `python scripts/benchmark.py accelerator update
-# --sample-variants` has run on one, its best form goes in a "tpu" line here.
-SAMPLER = {"default": "flat_packed"}
+SAMPLERS = {"reference": sample_reference, "flat_packed": sample_flat_packed}
+# jax.default_backend() -> the form `sample` uses ("default": any other). Both
+# give the same Batch; only their speed differs (`python scripts/benchmark.py
+# accelerator update --sample-variants`, ms per call from a full 1M-transition
+# humanoid buffer, 2026-12-06). On a TPU v5e the reference wins at batch 256
+# (0.136 against 0.362: flat_packed packs the whole buffer's flags per call)
+# and loses at 4096 (1.413 against 1.075). On a 2-core CPU (loaded, so noisy)
+# flat_packed was about 10% faster at 256 and level at 4096. Four more forms
+# (unpacked flat gathers; window-wide slot gathers; (n, 1) slice gathers) were
+# as fast or slower on both and are gone; docs/accelerator.md has their numbers.
+SAMPLER = {"default": "flat_packed", "tpu": "reference"}
 
 
 def synthetic(buf: Replay, key: jax.Array, episode_length: int) -> Replay:

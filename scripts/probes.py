@@ -82,7 +82,8 @@ def at_steps(result: Dict, steps: int) -> Optional[float]:
     return within[-1] if within and result["steps"][-1] >= 0.95 * steps else None
 
 
-def table(out: str = OUT) -> str:
+def table(out: Optional[str] = None) -> str:
+    out = out or OUT
     rows = []
     for path in sorted(glob.glob(os.path.join(out, "*.json"))):
         with open(path) as f:
