@@ -40,7 +40,8 @@ default). Each update:
   about `dual_lr` per update: additive steps, not multiplicative ones, which
   keeps a multiplier from exploding while a bound is briefly out of reach of
   the policy's step size. Target policy and critic are Polyak averages of the
-  online ones.
+  online ones; `--policy-target-period K` copies the policy every K updates
+  instead, as Acme does.
 
 Actor and critic gradients are clipped to a global norm of 40 (Acme).
 Exploration samples the online Gaussian; `--exploration-noise s` > 0 acts
@@ -116,6 +117,10 @@ class Config:
     """discount factor"""
     tau: float = 0.005
     """Polyak averaging rate of the target networks"""
+    policy_target_period: int = 0
+    """copy the online policy to the target policy every this many updates, as Acme does
+    (0: Polyak averaging at --tau, like the critic). The M-step's KL bounds tie the policy
+    to its target, so the target's pace caps how fast the policy can move"""
     actor_lr: float = 1e-4
     """policy learning rate (Adam); kept low (as in Acme) so that one step's
     incidental change of the policy stays within the KL bounds"""
@@ -216,6 +221,9 @@ def validate(config: Config) -> None:
     agent.check_choice(config, "critic", CRITICS)
     if config.num_atoms < 2:
         raise UserError(f"--num-atoms must be at least 2, got {config.num_atoms}")
+    if config.policy_target_period < 0:
+        raise UserError("--policy-target-period must be 0 (Polyak) or a positive number of "
+                        f"updates, got {config.policy_target_period}")
     agent.check_off_policy(config)
 
 
@@ -607,10 +615,14 @@ def make_train(config: Config) -> agent.Train:
         duals = project_duals(optax.apply_updates(state.duals, updates))
 
         polyak = lambda t, p: optax.incremental_update(p, t, hp.tau)
+        copy = (u % max(config.policy_target_period, 1)) == config.policy_target_period - 1
         state = state._replace(
             actor_params=actor_params, critic_params=critic_params, duals=duals,
             actor_opt=actor_opt, critic_opt=critic_opt, dual_opt=dual_opt,
-            actor_target=polyak(state.actor_target, actor_params),
+            actor_target=(polyak(state.actor_target, actor_params)
+                          if config.policy_target_period == 0 else
+                          jax.tree.map(lambda t, p: jnp.where(copy, p, t), state.actor_target,
+                                       actor_params)),
             critic_target=polyak(state.critic_target, critic_params), key=key)
         return state, {"losses/qf_loss": qf_loss, "losses/qf1_values": q.mean(), **metrics}
 

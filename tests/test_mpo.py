@@ -382,6 +382,28 @@ def test_categorical_update_feeds_the_e_step_the_target_distributions_means(cate
     assert np.isfinite(float(metrics["losses/qf_loss"]))
 
 
+def test_policy_target_is_copied_every_period_and_the_critic_target_averaged(categorical):
+    """--policy-target-period 3: the target policy stays put for two updates
+    and is the online policy after the third; the critic's target moves by
+    Polyak averaging at every update."""
+    config = dataclasses.replace(CATEGORICAL, policy_target_period=3)
+    update = jax.jit(mpo.make_train(config).update, compiler_options=checks.MJX_COMPILE)
+    state = jax.tree.map(lambda x: x[0], categorical["start"])
+    first = jax.tree.leaves(state.actor_target)
+    for u in range(3):
+        previous_critic_target = jax.tree.leaves(state.critic_target)
+        state, _ = update(state, u)
+        after = jax.tree.leaves(state.actor_target)
+        online = jax.tree.leaves(state.actor_params)
+        if u < 2:
+            assert all(np.array_equal(a, b) for a, b in zip(after, first))
+            assert not all(np.array_equal(a, b) for a, b in zip(after, online))
+        else:
+            assert all(np.array_equal(a, b) for a, b in zip(after, online))
+        assert not all(np.array_equal(a, b) for a, b in
+                       zip(jax.tree.leaves(state.critic_target), previous_critic_target))
+
+
 def test_cli_runs_the_categorical_critic(tmp_path):
     """`python algos/mpo.py --critic categorical` (and D4PG-style exploration;
     its main() in this process) runs to the end and logs finite losses: its
@@ -474,7 +496,8 @@ BAD = checks.BAD + [(["--num-samples", "0"], "num-samples must be positive"),
                     (["--critic", "quantile"], "unknown --critic 'quantile'"),
                     (["--num-atoms", "1"], "num-atoms must be at least 2"),
                     (["--v-min", "100"], "--v-min 100.0 must be below --v-max 100.0"),
-                    (["--exploration-noise", "-0.1"], "exploration-noise must be >= 0")]
+                    (["--exploration-noise", "-0.1"], "exploration-noise must be >= 0"),
+                    (["--policy-target-period", "-1"], "policy-target-period must be 0")]
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=[m for _, m in BAD])
