@@ -19,8 +19,10 @@
   observation statistics and hyperparameters, with a JSON header naming the
   format and its version, the agent, task and config, the seed, its
   evaluation return and a check: the return of one deterministic native
-  episode from a fixed held-out start state, recorded at export, so that a
-  file can be shown to still reproduce years later (`check_return`).
+  episode from a fixed held-out start state and its first actions, recorded
+  at export, so that a file can be shown to still reproduce years later
+  (`check_return` exactly on the CPU model that recorded it, `check_actions`
+  to float rounding anywhere).
 
 It reads only the arrays the policy needs (never the replay buffer) and
 rebuilds the agent through the agent protocol alone: `algos/<algo>.py`'s
@@ -401,6 +403,44 @@ def _native_env(policy: Policy):
     return policy.env if policy.env.backend == "native" else envs.make(policy.task, "native")
 
 
+CHECK_STEPS = 5  # steps of the check episode whose actions an export records
+
+
+def cpu_model() -> str:
+    """This machine's CPU model (/proc/cpuinfo), where a check return was recorded."""
+    import platform
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def check_actions(policy: Policy, steps: int = CHECK_STEPS) -> np.ndarray:
+    """The deterministic actions of the check episode's first `steps` steps
+    ([steps, A]): what the weights compute, equal to float rounding on any
+    machine. The whole episode's return is not: over 1000 steps a chaotic
+    task amplifies the last bit by which one CPU's arithmetic differs from
+    another's (cheetah_run's MPO check reads 72.0 on an AMD EPYC, 76.7 on an
+    Intel Xeon, with the same file and code)."""
+    env, act = _native_env(policy), policy.act_fn
+
+    @jax.jit
+    def run(state):
+        s = env.reset(jax.random.PRNGKey(0), env.eval_pool)
+
+        def step(s, _):
+            a = act(state, s.obs, None, True)
+            return env.step(s, a, env.eval_pool), a
+
+        return jax.lax.scan(step, s, None, length=steps)[1]
+
+    return np.asarray(run(policy.state))
+
+
 def check_return(policy: Policy) -> float:
     """The check episode: deterministic, native physics, from
     `env.reset(PRNGKey(0), env.eval_pool)`, env.episode_length steps."""
@@ -425,6 +465,9 @@ def export(policy: Policy, path: str, eval_return: Optional[float] = None) -> Di
         "reset_key": 0,
         "pool": "eval_pool",
         "steps": env.episode_length,
+        # the return reproduces exactly on this CPU model; the first actions on any
+        "cpu": cpu_model(),
+        "actions": check_actions(policy).tolist(),
     }
     header = {
         "format": FORMAT,
