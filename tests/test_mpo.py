@@ -3,8 +3,6 @@ and temperature dual, the decoupled KL constraints, the categorical critic
 (DMPO) and D4PG-style exploration, bad input and learning. Tiny networks and
 budgets; compiled programs are shared."""
 import dataclasses
-import functools
-import inspect
 import json
 
 import distrax
@@ -14,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from algos import d4pg, mpo
+from algos import mpo
 from common import checkpoint, cli, replay
 from common.errors import UserError
 from tests import agent_checks as checks
@@ -297,14 +295,7 @@ CATEGORICAL = dataclasses.replace(TINY, num_seeds=1, critic="categorical", num_a
                                   v_max=10.0)
 
 
-@pytest.mark.parametrize("dense", [False, True], ids=["scatter (CPU)", "dense (accelerator)"])
-def test_projection(dense):
-    checks.check_projection(functools.partial(mpo.categorical_projection, dense=dense))
-
-
-def test_projection_is_the_same_code_as_d4pg():
-    assert inspect.getsource(mpo.categorical_projection) == \
-        inspect.getsource(d4pg.categorical_projection)
+# the projection itself (common/distributional.py) is tested with D4PG and TD4
 
 
 def test_categorical_target_projects_the_mixture_of_the_sampled_next_actions():
