@@ -1,60 +1,37 @@
 """MPO: Maximum a Posteriori Policy Optimisation, fully compiled.
 
-Abdolmaleki, Springenberg, Tassa, Munos, Heess and Riedmiller, "Maximum a
-Posteriori Policy Optimisation", ICLR 2018 (arXiv:1806.06920), in the variant
-with decoupled KL constraints on the mean and the covariance of a diagonal
-Gaussian policy from Abdolmaleki, Springenberg, Degrave, Bohez, Tassa,
-Belov, Heess and Riedmiller, "Relative Entropy Regularized Policy Iteration",
-2018 (arXiv:1812.02256), as in Acme's MPO loss (per-dimension constraints by
-default). Each update:
+Abdolmaleki et al., ICLR 2018 (arXiv:1806.06920), with the decoupled KL
+constraints on the mean and std of a diagonal Gaussian policy of
+arXiv:1812.02256, per dimension, as in Acme's MPO loss. Each update:
 
-- Critic: one Q network trained on n-step TD targets
-  r + discount * mean_j Q'(s', a'_j), a'_j ~ pi'(.|s') (target policy and
-  target critic, `num_samples` actions, clipped to the action bounds); plain
-  TD rather than the paper's Retrace. `--critic categorical` (Acme's DMPO, the
-  MPO Acme runs on humanoid): a distribution over `num_atoms` returns on
-  [v_min, v_max] (D4PG's critic), whose target is the mixture over the N sampled
-  next actions of the target critic's distributions, shifted by the n-step
-  return and projected onto the support (D4PG's projection), learned by
-  cross-entropy; the E-step reads each sample's expected value.
-- E-step: on the same states s_i = s' and the same N = `num_samples`
-  samples a_ij ~ pi'(.|s_i) as the TD target (as in Acme, so one sampled
-  critic evaluation serves both: it is most of the update's cost), weights
-  q_ij = softmax_j(Q'(s_i, a_ij) / eta). The temperature eta is a learned dual
-  variable minimising eta * epsilon + eta * mean_i log mean_j exp(Q'(s_i, a_ij) / eta),
-  so that KL(q || pi') is about `epsilon`.
-- M-step: weighted maximum likelihood sum_j q_ij log pi(a_ij|s_i), split in two
-  Gaussians: online mean with the target std, and target mean with the online
-  std, each with its own KL constraint towards the target policy,
-  KL(pi'(s) || pi_mean(s)) <= epsilon_mean and KL(pi'(s) || pi_std(s)) <=
-  epsilon_stddev, enforced by learned Lagrange multipliers (alpha_mean,
-  alpha_stddev) with the usual penalty / dual-ascent split.
-- Action penalization (MO-MPO, Abdolmaleki et al. 2020, arXiv:2005.07513;
-  on by default as in Acme, which recommends it for the control suite): the
-  cost -||a_ij - clip(a_ij, -1, 1)|| of each sampled action gets its own
-  E-step weights and temperature dual (bound `epsilon_penalty`), added to
-  those of Q, so samples beyond the action bounds lose weight however
-  good the critic (which only sees clipped actions) finds them.
-- Duals are kept positive by a softplus (eta = softplus(theta) + 1e-8, as
-  in Acme) and trained with their own Adam (`dual_lr`), so they change by
-  about `dual_lr` per update: additive steps, not multiplicative ones, which
-  keeps a multiplier from exploding while a bound is briefly out of reach of
-  the policy's step size. Target policy and critic are Polyak averages of the
-  online ones; `--policy-target-period K` copies the policy every K updates
-  instead, as Acme does.
+- Critic: n-step TD target r + discount * mean_j Q'(s', a'_j) over N =
+  `num_samples` actions a'_j ~ pi'(.|s') (target policy and critic; plain TD,
+  not Retrace). `--critic categorical` is Acme's DMPO: D4PG's distribution
+  over `num_atoms` returns, its target the projected mixture over the N
+  samples, learned by cross-entropy; the E-step reads expected values.
+- E-step, on the same states and samples (one sampled critic evaluation
+  serves both, as in Acme): weights softmax_j(Q'(s, a_j) / eta), with the
+  temperature eta a learned dual holding KL(weights || pi') near `epsilon`.
+- M-step: weighted maximum likelihood, split into online mean with target
+  std and target mean with online std, each bounded in KL from the target
+  policy (`epsilon_mean`, `epsilon_stddev`) by a learned multiplier.
+- Action penalization (MO-MPO, arXiv:2005.07513; Acme's default for the
+  control suite): the cost -||a - clip(a, -1, 1)|| gets its own E-step
+  weights and temperature (`epsilon_penalty`), so samples beyond the bounds
+  lose weight however good the critic (which sees clipped actions) finds them.
+- Duals: softplus(theta) + 1e-8 (Acme), trained by their own Adam
+  (`dual_lr`): additive steps, so a multiplier does not explode while a bound
+  is briefly out of reach. Targets are Polyak averages; `--policy-target-period
+  K` copies the policy every K updates instead, as Acme does.
 
-Actor and critic gradients are clipped to a global norm of 40 (Acme).
-Exploration samples the online Gaussian; `--exploration-noise s` > 0 acts
-instead with its mean plus Gaussian noise of std s (D4PG's exploration, in
-units of half the action range). Evaluation acts with the mean.
-Actions reaching the env or the critic are clipped to the action bounds.
-
-Acting in `num_envs` parallel envs, physics, replay, learning and evaluation
-run as one XLA program; `--num-seeds N` trains N independent seeds in it.
+Gradients are clipped to a global norm of 40 (Acme). Exploration samples the
+online Gaussian (`--exploration-noise s` > 0: its mean plus D4PG's noise of
+std s); evaluation acts with the mean; actions reaching the env or the
+critic are clipped to the bounds. Acting, physics, replay, learning and
+evaluation run as one XLA program; `--num-seeds N` trains N seeds in it.
 
 Usage:
     python algos/mpo.py --env cheetah_run
-    python algos/mpo.py --env humanoid_walk --num-seeds 4 --backend native
     python algos/mpo.py --env humanoid_walk --critic categorical
 """
 import os
@@ -119,9 +96,7 @@ class Config:
     tau: float = 0.005
     """Polyak averaging rate of the target networks"""
     policy_target_period: int = 0
-    """copy the online policy to the target policy every this many updates, as Acme does
-    (0: Polyak averaging at --tau, like the critic). The M-step's KL bounds tie the policy
-    to its target, so the target's pace caps how fast the policy can move"""
+    """copy the policy to its target every this many updates, as Acme (0: Polyak at --tau)"""
     actor_lr: float = 1e-4
     """policy learning rate (Adam); kept low (as in Acme) so that one step's
     incidental change of the policy stays within the KL bounds"""
@@ -146,14 +121,12 @@ class Config:
     init_std: float = 0.7
     """policy std at initialisation (the exploration noise before the M-step shrinks it)"""
     exploration_noise: float = 0.0
-    """0: explore by sampling the online Gaussian policy (MPO); > 0: act with its mean plus
-    Gaussian noise of this std, in units of half the action range (D4PG's exploration)"""
+    """0: sample the policy (MPO); > 0: its mean plus Gaussian noise of this std (D4PG)"""
     per_dim_constraining: bool = True
     """one KL constraint (and multiplier) per action dimension instead of one in total"""
     action_penalization: bool = True
-    """MO-MPO action penalization (Acme's default, recommended for the control suite): a
-    second set of E-step weights from the cost -||a - clip(a, -1, 1)|| of each sampled
-    action, with its own temperature dual, pulls the policy back inside the action bounds"""
+    """MO-MPO action penalization (Acme's default): E-step weights from each sample's
+    distance beyond the action bounds pull the policy back inside them"""
     epsilon_penalty: float = 1e-3
     """E-step KL bound of the action-penalization weights"""
     max_grad_norm: float = 40.0
@@ -172,8 +145,7 @@ class Config:
     simba_blocks: int = 1
     """residual blocks of the simba critic torso"""
     critic: str = "scalar"
-    """scalar (Q(s, a), squared TD error) or categorical (Acme's DMPO: a distribution over
-    --num-atoms returns on [--v-min, --v-max], cross-entropy to the projected target)"""
+    """scalar Q or categorical (Acme's DMPO: --num-atoms returns on [--v-min, --v-max])"""
     num_atoms: int = 101
     """atoms of the categorical critic's support"""
     v_min: float = 0.0
