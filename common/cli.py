@@ -68,7 +68,7 @@ def main(spec: agent.Agent, argv=None, sweep_specs: Optional[Sequence[str]] = No
     over the devices when JAX sees several. Returns (states, history)."""
     from common import envs, parallel
     config = parse(spec, argv, announce=False)
-    with compile_cache(config.compile_cache):
+    with compile_cache(config.compile_cache), matmul_precision():
         axes = check_inputs(spec, config, sweep_specs or ())
         plan = plan_members(spec, config, axes)
         header = read_resume(spec, plan) if config.resume else None
@@ -102,11 +102,39 @@ def main(spec: agent.Agent, argv=None, sweep_specs: Optional[Sequence[str]] = No
 def where_line(env, batch: int, devices: int) -> str:
     """The first line of a run: where its physics runs (native MuJoCo on the
     host threads that step `batch` envs at once, or MJX on the device) and
-    where it learns (the devices' kind)."""
+    where it learns (the devices' kind, and the float32 matmul precision
+    where it is not the platform's own)."""
     from common import envs
     learning = envs.describe_device()
+    precision = jax.config.jax_default_matmul_precision
+    if precision and envs.current_platform() != "cpu":
+        learning += f", float32 matmuls at precision {precision}"
     return (f"physics: {envs.describe_physics(env, batch)}; learning: "
             f"{f'{devices} x ' if devices > 1 else ''}{learning}")
+
+
+# --------------------------------------------------------------------------- matmul precision
+
+PRECISION_VAR = "JAX_DEFAULT_MATMUL_PRECISION"
+
+
+@contextlib.contextmanager
+def matmul_precision(platform: Optional[str] = None):
+    """Float32 matmuls at precision `highest` on a TPU, unless
+    $JAX_DEFAULT_MATMUL_PRECISION says otherwise. A TPU's default runs them as
+    bfloat16 passes; our recipes were found on CPUs, at full float32, and
+    D4PG learned slower per env step on the chip at the default (docs/accelerator.md).
+    `highest` costs 1.7x a bare [256, 256] update at batch 256, a small part of
+    an agent's update. CPUs and GPUs keep JAX's default."""
+    from common import envs
+    where = envs.current_platform() if platform is None else platform
+    before = jax.config.jax_default_matmul_precision
+    if where == "tpu" and not os.environ.get(PRECISION_VAR):
+        jax.config.update("jax_default_matmul_precision", "highest")
+    try:
+        yield jax.config.jax_default_matmul_precision
+    finally:
+        jax.config.update("jax_default_matmul_precision", before)
 
 
 # --------------------------------------------------------------------------- compilation cache

@@ -56,7 +56,8 @@ def _until_start(monkeypatch, capsys, argv):
 
     def stop(*args):
         seen.update(dir=jax.config.jax_compilation_cache_dir,
-                    on=jax.config.jax_enable_compilation_cache)
+                    on=jax.config.jax_enable_compilation_cache,
+                    precision=jax.config.jax_default_matmul_precision)
         raise _Stop
 
     monkeypatch.setattr(cli, "starting_point", stop)
@@ -70,13 +71,17 @@ def _until_start(monkeypatch, capsys, argv):
 def test_first_line_says_where_physics_and_learning_run(platform, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(envs, "current_platform", lambda: platform)
     monkeypatch.setenv(cli.CACHE_VAR, str(tmp_path / "cache"))
-    out, err, _ = _until_start(monkeypatch, capsys, TINY + ["--log-dir", str(tmp_path)])
+    monkeypatch.delenv(cli.PRECISION_VAR, raising=False)
+    out, err, seen = _until_start(monkeypatch, capsys, TINY + ["--log-dir", str(tmp_path)])
     threads = min(native.default_threads(), 4)  # 4 envs a step call
     device = jax.devices()[0]
+    precision = ", float32 matmuls at precision highest" if platform == "tpu" else ""
     assert out[0] == (f"physics: native MuJoCo on {threads} host thread"
                       f"{'s' if threads > 1 else ''}; learning: {device.device_kind} "
-                      f"({device.platform})"), out
+                      f"({device.platform}){precision}"), out
     assert "backend native" in out[1] and not err
+    assert seen["precision"] == ("highest" if platform == "tpu" else None)
+    assert jax.config.jax_default_matmul_precision is None  # as it was, after the run
     # explicit MJX: where it runs, and on a TPU one warning line
     out, err, _ = _until_start(monkeypatch, capsys,
                                TINY + ["--backend", "mjx", "--log-dir", str(tmp_path)])
@@ -88,6 +93,26 @@ def test_first_line_says_where_physics_and_learning_run(platform, monkeypatch, c
                               "1000", "--hidden-sizes", "8", "--log-dir", str(tmp_path)])
     assert out[0].startswith("physics: native MuJoCo") and "TASK_DEFAULTS" in out[1], out
     assert not (tmp_path / "runs").exists()
+
+
+def test_matmul_precision_highest_on_a_tpu_unless_the_user_says(monkeypatch):
+    """A TPU runs float32 matmuls as bfloat16 passes by default; runs there use
+    `highest` (the recipes' CPU numerics), $JAX_DEFAULT_MATMUL_PRECISION wins,
+    and JAX's setting is back as it was afterwards."""
+    monkeypatch.delenv(cli.PRECISION_VAR, raising=False)
+    for platform, expected in (("tpu", "highest"), ("cpu", None), ("gpu", None)):
+        with cli.matmul_precision(platform) as got:
+            assert got == expected == jax.config.jax_default_matmul_precision
+        assert jax.config.jax_default_matmul_precision is None
+    monkeypatch.setenv(cli.PRECISION_VAR, "default")
+    with cli.matmul_precision("tpu") as got:
+        assert got is None
+    # and the setting reaches what compiles inside: a dot traced there carries it
+    monkeypatch.delenv(cli.PRECISION_VAR)
+    x = jnp.ones((2, 2), jnp.float32)
+    with cli.matmul_precision("tpu"):
+        text = str(jax.make_jaxpr(lambda a: a @ a)(x))
+    assert "HIGHEST" in text.upper(), text
 
 
 # --------------------------------------------------------------------- compilation cache
@@ -131,9 +156,9 @@ def test_cli_turns_the_cache_on_by_default_and_off_with_the_flag(monkeypatch, ca
     assert cli.parse(td3.AGENT, ["--no-compile-cache"]).compile_cache is False
     argv = TINY + ["--log-dir", str(tmp_path)]
     _, _, seen = _until_start(monkeypatch, capsys, argv)
-    assert seen == {"dir": str(cache), "on": True} and cache.is_dir()
+    assert (seen["dir"], seen["on"]) == (str(cache), True) and cache.is_dir()
     _, _, seen = _until_start(monkeypatch, capsys, argv + ["--no-compile-cache"])
-    assert seen == {"dir": None, "on": False}
+    assert (seen["dir"], seen["on"]) == (None, False)
     # the user's cache directory unless told otherwise
     monkeypatch.delenv(cli.CACHE_VAR)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
