@@ -195,17 +195,21 @@ def test_accelerator_sample_variants_times_every_form_of_replay_sample():
     assert "mlp" not in r.stdout   # the forms of sample alone
 
 
-def test_accelerator_table_reads_the_marks_and_the_end(tmp_path):
+def test_accelerator_table_reads_the_last_evaluation_within_each_mark(tmp_path):
+    """2.5, 5 and 10 minutes from the process's start; a run stopped at 9.2
+    minutes shows its last evaluation (one logged after the stop, while the
+    run closed, too) under 10 min."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from benchmarks import accelerator
-    seconds, returns, steps = [100.0, 140.0, 290.0, 315.0], [1.0, 50.0, 300.0, 400.0], \
-        [1, 2, 3, 4]
-    marks = accelerator.at_marks(seconds, returns, steps, (2.5, 5.0, 5.3))
-    assert marks == [(50.0, 2), (300.0, 3), (400.0, 4)]
+    seconds, returns, steps = [100.0, 140.0, 290.0, 315.0, 555.0, 601.0], \
+        [1.0, 50.0, 300.0, 400.0, 500.0, 999.0], [1, 2, 3, 4, 5, 6]
+    marks = accelerator.at_marks(seconds, returns, steps)
+    assert marks == [(50.0, 2), (300.0, 3), (500.0, 5)]   # 601 s is past 10 minutes
     row = dict(task="humanoid_walk", algo="d4pg", command="python algos/d4pg.py", machine="m",
-               sps=1000.0, first_log_s=50.0, marks=[v for v, _ in marks],
-               mark_steps=[4_000_000, 5_000_000, 6_000_000], mark_minutes=[2.5, 5.0, 5.3])
+               sps=1000.0, first_log_s=50.0, minutes=9.2, eval_seconds=seconds,
+               eval_returns=returns, eval_steps=[4_000_000, 5_000_000, 6_000_000, 7_000_000,
+                                                 8_000_000, 9_000_000])
     text = accelerator.write_table([row], str(tmp_path))
     cells = [c.strip() for c in text.splitlines()[-1].split("|")[1:-1]]
-    assert cells[5:] == ["50 (4.0M)", "300 (5.0M)", "400 (6.0M) at 5.3 min"]
+    assert cells[5:] == ["9.2", "50 (5.0M)", "300 (6.0M)", "500 (8.0M)"]
     assert (tmp_path / "table.md").exists()
