@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "benchmark.py")
 
@@ -213,3 +215,24 @@ def test_accelerator_table_reads_the_last_evaluation_within_each_mark(tmp_path):
     cells = [c.strip() for c in text.splitlines()[-1].split("|")[1:-1]]
     assert cells[5:] == ["9.2", "50 (5.0M)", "300 (6.0M)", "500 (8.0M)"]
     assert (tmp_path / "table.md").exists()
+
+
+def test_accelerator_agent_rows_name_their_envs_batch_and_update_ratio():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from benchmarks import accelerator
+    row = dict(algo="d4pg", envs=1024, batch=2048, ups=1 / 64, ms_update=0.5, ms_acting=0.02,
+               ms_loop=0.025, efficiency=0.3)
+    cells = [c.strip() for c in accelerator.agents_table([row]).splitlines()[-1].split("|")[1:-1]]
+    assert cells == ["d4pg", "1024", "2048", "1/64", "0.500", "20.0", "25.0", "40,000", "0.30"]
+    from common.errors import UserError
+    with pytest.raises(UserError, match="loop-ups"):  # above one update per env step
+        accelerator.run(accelerator_args("update", "--loop-ups", "2"))
+
+
+def accelerator_args(*argv):
+    import argparse
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from benchmarks import accelerator
+    p = argparse.ArgumentParser()
+    accelerator.add_arguments(p)
+    return p.parse_args(list(argv))

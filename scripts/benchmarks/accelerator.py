@@ -35,7 +35,9 @@ update: on the default JAX device, each piece of an off-policy update timed
   * proj        the categorical projection (101 atoms) as scatter-adds and as a
                 dense triangle-kernel product (D4PG, TD4);
   then per agent (--algos), through the agent protocol at its humanoid recipe
-  with 256 envs and one update per 16 env steps: its update alone from a full
+  with --loop-envs envs (256) and --loop-ups updates per env step (1/16),
+  each with every --batch-sizes (the candidates of an accelerator recipe;
+  the update runs at the platform's precision, as runs do): its update alone from a full
   buffer (ms/update), acting (ms per env step: policy, physics on the host,
   replay write) and the whole loop, as `train`'s loop-efficiency table.
 
@@ -68,6 +70,10 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[256, 4096])
     p.add_argument("--updates", type=int, default=64, help="update calls per timed scan")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--loop-envs", nargs="+", type=int, default=[RECIPE_ENVS],
+                   help="update: envs of the per-agent loop rows")
+    p.add_argument("--loop-ups", nargs="+", type=float, default=[RECIPE_UPS],
+                   help="update: updates per env step of the per-agent loop rows")
     p.add_argument("--loop-iters", type=int, default=16,
                    help="iterations per timed call of the per-agent loop rows (0: skip them)")
     p.add_argument("--minutes", type=float, default=10.0, help="runs: wall-clock per run")
@@ -86,8 +92,10 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from common.errors import UserError
-    if min(args.batch_sizes) < 1 or args.updates < 1 or args.repeats < 1 or args.minutes <= 0:
-        raise UserError("--batch-sizes, --updates, --repeats and --minutes must be positive")
+    if (min(args.batch_sizes) < 1 or args.updates < 1 or args.repeats < 1 or args.minutes <= 0
+            or min(args.loop_envs) < 1 or not 0 < min(args.loop_ups) <= max(args.loop_ups) <= 1):
+        raise UserError("--batch-sizes, --updates, --repeats, --minutes and --loop-envs must be "
+                        "positive, --loop-ups in (0, 1]")
     out = args.out or (os.path.join(ROOT, "bench", "accelerator") if args.quick else RESULTS)
     if args.part == "update" and args.sample_variants:
         sample_variants(args.task if not args.quick else "cartpole_balance",
@@ -101,7 +109,10 @@ def run(args) -> int:
         print(parts_table(rows))
         algos = args.algos or (("td3",) if args.quick else OFF_POLICY)
         if args.loop_iters > 0:
-            print(agents_table(agent_rows(algos, args, 4 if args.quick else args.loop_iters)))
+            from common import cli
+            with cli.matmul_precision():  # as the runs compile it (highest on a TPU)
+                rows = agent_rows(algos, args, 4 if args.quick else args.loop_iters)
+            print(agents_table(rows))
         return 0
     if args.part == "runs":
         task = "cartpole_balance" if args.quick else args.task
@@ -284,6 +295,8 @@ def parts_table(rows: List[Dict]) -> str:
 
 
 def agent_rows(algos, args, iters: int) -> List[Dict]:
+    """Each agent's loop at its humanoid recipe, at every --loop-envs x
+    --batch-sizes x --loop-ups (the candidates of an accelerator recipe)."""
     from . import train
     rows = []
     for algo in algos:
@@ -293,27 +306,30 @@ def agent_rows(algos, args, iters: int) -> List[Dict]:
                                "checkpoint_every")}
         if args.quick:
             recipe = dict(hidden_sizes=(16, 16), buffer_size=4096)
-        for B in ([16] if args.quick else args.batch_sizes):
+        grid = [(16, 16, 0.25)] if args.quick else [
+            (n, B, u) for n in args.loop_envs for B in args.batch_sizes for u in args.loop_ups]
+        for n, B, ups in grid:
             task = "cartpole_balance" if args.quick else args.task
-            r = train.loop_efficiency(algo, task, 16 if args.quick else RECIPE_ENVS,
-                                      0.25 if args.quick else RECIPE_UPS, iters, args.repeats,
+            r = train.loop_efficiency(algo, task, n, ups, iters, args.repeats,
                                       **{**recipe, "batch_size": B})
-            rows.append(dict(algo=algo, batch=B, **r))
-            print(f"  {algo} batch {B}: update {r['ms_update']:.3f} ms, acting "
-                  f"{1e3 * r['ms_acting']:.1f} us/env step, loop {1e3 * r['ms_loop']:.1f} "
-                  f"us/env step", flush=True)
+            rows.append(dict(algo=algo, envs=n, batch=B, ups=ups, **r))
+            print(f"  {algo} {n} envs batch {B} 1/{round(1 / ups)}: update {r['ms_update']:.3f} "
+                  f"ms, acting {1e3 * r['ms_acting']:.1f} us/env step, loop "
+                  f"{1e3 * r['ms_loop']:.1f} us/env step", flush=True)
     return rows
 
 
 def agents_table(rows: List[Dict]) -> str:
-    lines = [f"Each agent at its humanoid recipe, {RECIPE_ENVS} envs, one update per "
-             f"{round(1 / RECIPE_UPS)} env steps, on {device_line()}:", "",
-             "| agent | batch | ms/update | acting us/env step | loop us/env step | "
-             "env steps/s | update share |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"Each agent at its humanoid recipe (envs, batch and updates per env step as "
+             f"given), on {device_line()}:", "",
+             "| agent | envs | batch | updates per env step | ms/update | acting us/env step | "
+             "loop us/env step | env steps/s | update share |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['algo']} | {r['batch']} | {r['ms_update']:.3f} | "
-                     f"{1e3 * r['ms_acting']:.1f} | {1e3 * r['ms_loop']:.1f} | "
-                     f"{1e3 / r['ms_loop']:,.0f} | {r['efficiency']:.2f} |")
+        lines.append(f"| {r['algo']} | {r['envs']} | {r['batch']} | 1/{round(1 / r['ups'])} | "
+                     f"{r['ms_update']:.3f} | {1e3 * r['ms_acting']:.1f} | "
+                     f"{1e3 * r['ms_loop']:.1f} | {1e3 / r['ms_loop']:,.0f} | "
+                     f"{r['efficiency']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
