@@ -54,28 +54,48 @@ class Agent:
     task_defaults: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
     # {field: rule}: the valid values of its float fields (its RANGES, see check_ranges)
     ranges: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # {domain: {field: value}}: on an accelerator, what replaces the task's defaults
+    # (its ACCELERATOR_DEFAULTS: the update is cheap there and physics the budget)
+    accelerator_defaults: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def hparams(self, config) -> Any:
         """This agent's HParams as `config` sets them."""
         return hparams(self.HParams, config)
 
-    def defaults_for(self, env: str) -> Dict[str, Any]:
+    def defaults_for(self, env: str, platform: Optional[str] = None) -> Dict[str, Any]:
         """The Config values that replace the plain defaults on `env`: the
         agent's TASK_DEFAULTS entry for the task's domain ("humanoid" for
-        humanoid_walk), or none."""
-        for domain, values in self.task_defaults.items():
-            if env.startswith(domain + "_"):
-                return dict(values)
-        return {}
+        humanoid_walk), then, where the run learns on an accelerator
+        (`platform`, default: where JAX runs), its ACCELERATOR_DEFAULTS entry."""
+        return {**_domain_entry(self.task_defaults, env),
+                **self.accelerator_defaults_for(env, platform)}
 
-    def config_for(self, env: str, **overrides) -> Any:
+    def accelerator_defaults_for(self, env: str, platform: Optional[str] = None) -> Dict[str, Any]:
+        """The ACCELERATOR_DEFAULTS entry of `env`'s domain where `platform`
+        (default: where JAX runs) is not a CPU, else none."""
+        if not self.accelerator_defaults:
+            return {}
+        if platform is None:
+            from common import envs
+            platform = envs.current_platform()
+        return _domain_entry(self.accelerator_defaults, env) if platform != "cpu" else {}
+
+    def config_for(self, env: str, platform: Optional[str] = None, **overrides) -> Any:
         """The Config `python algos/<name>.py --env <env> --flag value ...`
-        runs: the task's defaults, then `overrides` (field=value); a float
-        outside its range (the agent's RANGES) is a UserError."""
+        runs on `platform` (default: where JAX runs): the task's defaults, then
+        `overrides` (field=value); a float outside its range (the agent's
+        RANGES) is a UserError."""
         config = dataclasses.replace(self.Config(), env=env,
-                                     **{**self.defaults_for(env), **overrides})
+                                     **{**self.defaults_for(env, platform), **overrides})
         check_ranges(config, self.ranges)
         return config
+
+
+def _domain_entry(table: Dict[str, Dict[str, Any]], env: str) -> Dict[str, Any]:
+    for domain, values in table.items():
+        if env.startswith(domain + "_"):
+            return dict(values)
+    return {}
 
 
 class Hooks(NamedTuple):

@@ -204,14 +204,20 @@ def parse(spec: agent.Agent, argv, announce: bool = True) -> Any:
 
 
 def recipe_line(spec: agent.Agent, config) -> Optional[str]:
-    """Which values of `config` came from its task's TASK_DEFAULTS, or None."""
+    """Which values of `config` came from its task's TASK_DEFAULTS and, on an
+    accelerator, from the agent's ACCELERATOR_DEFAULTS, or None."""
+    from common import envs
     env = config.env
+    accelerator = spec.accelerator_defaults_for(env)
     used = {k: v for k, v in spec.defaults_for(env).items() if getattr(config, k) == v}
     if not used:
         return None
-    return (f"{env}: {spec.name}'s {env.split('_')[0]} defaults (TASK_DEFAULTS in "
-            f"algos/{spec.name}.py; any flag overrides them): "
-            + " ".join(as_flag(k, v) for k, v in used.items()))
+    task = " ".join(as_flag(k, v) for k, v in used.items() if k not in accelerator)
+    fast = " ".join(as_flag(k, v) for k, v in used.items() if k in accelerator)
+    parts = ([f"{spec.name}'s {env.split('_')[0]} defaults (TASK_DEFAULTS): {task}"] if task
+             else []) + ([f"on this {envs.current_platform()}, its accelerator recipe "
+                          f"(ACCELERATOR_DEFAULTS): {fast}"] if fast else [])
+    return f"{env}: " + "; ".join(parts) + f" (algos/{spec.name}.py; any flag overrides them)"
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> Optional[str]:

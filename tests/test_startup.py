@@ -115,6 +115,43 @@ def test_matmul_precision_highest_on_a_tpu_unless_the_user_says(monkeypatch):
     assert "HIGHEST" in text.upper(), text
 
 
+def test_accelerator_recipe_replaces_the_task_defaults_on_an_accelerator_only(monkeypatch,
+                                                                              capsys, tmp_path):
+    """An agent's ACCELERATOR_DEFAULTS apply where learning runs on an
+    accelerator, on top of its TASK_DEFAULTS, each printed and each
+    overridden by its flag; on a CPU they are not used."""
+    import dataclasses
+    spec = dataclasses.replace(td3.AGENT, accelerator_defaults={"cartpole": dict(batch_size=64,
+                                                                               tau=0.02)})
+    monkeypatch.setattr(td3, "AGENT", spec)
+    monkeypatch.setenv(cli.CACHE_VAR, str(tmp_path / "cache"))
+    for platform in ("cpu", "tpu", "gpu"):
+        monkeypatch.setattr(envs, "current_platform", lambda: platform)
+        config = cli.parse(spec, TINY, announce=False)
+        on = platform != "cpu"
+        assert (config.batch_size, config.tau) == ((64, 0.02) if on else (256, 0.005))
+        assert spec.config_for("cartpole_balance", platform) == dataclasses.replace(
+            td3.Config(), env="cartpole_balance", **(dict(batch_size=64, tau=0.02) if on else {}))
+        assert spec.config_for("walker_walk", platform).batch_size == 256  # another domain
+        line = cli.recipe_line(spec, config)
+        assert (line is not None) == on
+        if on:
+            assert line == (f"cartpole_balance: on this {platform}, its accelerator recipe "
+                            "(ACCELERATOR_DEFAULTS): --batch-size 64 --tau 0.02 "
+                            "(algos/td3.py; any flag overrides them)")
+    # a flag wins, and the line names only what the recipe still sets
+    config = cli.parse(spec, TINY + ["--batch-size", "32"], announce=False)
+    assert (config.batch_size, config.tau) == (32, 0.02)
+    assert cli.recipe_line(spec, config).endswith("--tau 0.02 (algos/td3.py; any flag "
+                                                   "overrides them)")
+    # both kinds in one line, on the task that has both
+    spec = dataclasses.replace(spec, accelerator_defaults={"humanoid": dict(batch_size=1024)})
+    config = cli.parse(spec, ["--env", "humanoid_walk"], announce=False)
+    line = cli.recipe_line(spec, config)
+    assert config.batch_size == 1024 and "TASK_DEFAULTS): --num-envs 256" in line
+    assert "; on this gpu, its accelerator recipe (ACCELERATOR_DEFAULTS): --batch-size 1024" in line
+
+
 # --------------------------------------------------------------------- compilation cache
 
 def _entries(path):
