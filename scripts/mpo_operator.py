@@ -105,16 +105,20 @@ def solve_temperature(q, eps, iters=40):
     return jnp.exp((lo + hi) / 2)
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint")
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--every", type=int, default=250)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--operators", nargs="+", default=list(OPERATORS))
+    p.add_argument("--operators", nargs="+", default=list(OPERATORS), choices=list(OPERATORS))
     p.add_argument("--out", default=None, help="JSON of the curves")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
 
     config, critic_params, d4pg_actor, stats, states = load(args.checkpoint)
     critic = d4pg.Critic(networks.critic_torso(config), config.num_atoms)
