@@ -120,6 +120,8 @@ class Config:
     """initial Lagrange multiplier of the std constraint"""
     init_std: float = 0.7
     """policy std at initialisation (the exploration noise before the M-step shrinks it)"""
+    learn_std: bool = True
+    """learn the policy std (--no-learn-std: held at --init-std, the mean alone is fitted)"""
     exploration_noise: float = 0.0
     """0: sample the policy (MPO); > 0: its mean plus Gaussian noise of this std (D4PG)"""
     per_dim_constraining: bool = True
@@ -215,6 +217,7 @@ class Actor(nn.Module):
     hidden_sizes: Tuple[int, ...]
     action_size: int
     init_std: float  # Config.init_std
+    learn_std: bool = True
 
     @nn.compact
     def __call__(self, obs):
@@ -222,6 +225,8 @@ class Actor(nn.Module):
         for h in self.hidden_sizes[1:]:
             x = nn.elu(nn.Dense(h)(x))
         mean = nn.Dense(self.action_size)(x)
+        if not self.learn_std:
+            return mean, jnp.full_like(mean, self.init_std)
         scale = self.init_std / jnp.log(2.0)  # softplus(0) = log 2
         std = nn.softplus(nn.Dense(self.action_size)(x)) * scale + MIN_STD
         return mean, std
@@ -443,7 +448,7 @@ def make_train(config: Config) -> agent.Train:
     buffer = replay.layout(config, env)
     E, A, N = config.num_envs, env.action_size, config.num_samples
 
-    actor = Actor(config.hidden_sizes, A, config.init_std)
+    actor = Actor(config.hidden_sizes, A, config.init_std, config.learn_std)
     categorical = config.critic == "categorical"
     critic = Critic(networks.critic_torso(config), config.num_atoms if categorical else 0)
     # learning rates and the clip bound are traced (swept); at --max-grad-norm 0 there is
@@ -582,7 +587,7 @@ def make_act(config: Config, env: envs.Env):
     train state's policy (observations normalised as in training): the
     Gaussian's mean when deterministic, else a sample as in training (its std,
     or --exploration-noise when > 0); clipped to the bounds."""
-    actor = Actor(config.hidden_sizes, env.action_size, config.init_std)
+    actor = Actor(config.hidden_sizes, env.action_size, config.init_std, config.learn_std)
     box = agent.action_box(env)
 
     def act(state, obs, key, deterministic=True):

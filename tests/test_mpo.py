@@ -87,6 +87,12 @@ def test_policy_std_starts_at_init_std(init_std):
     params = actor.init(jax.random.PRNGKey(0), obs[0])
     _, std = actor.apply(params, obs)
     np.testing.assert_allclose(np.median(std), init_std, rtol=0.1)
+    # --no-learn-std: exactly init_std everywhere, whatever the parameters
+    held = mpo.Actor((32, 32), 6, init_std, learn_std=False)
+    params = held.init(jax.random.PRNGKey(0), obs[0])
+    params = jax.tree.map(lambda p: p + 3.0, params)
+    mean, std = held.apply(params, obs)
+    assert std.shape == mean.shape and (std == np.float32(init_std)).all()
 
 
 # --------------------------------------------------------------------- E-step
