@@ -169,10 +169,15 @@ TASK_DEFAULTS = {"humanoid": dict(
     num_envs=256, updates_per_step=0.0625, total_timesteps=10_000_000, eval_every=500_000,
     checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
     n_step=5,
-    # Acme's duals (1000 on the std bound) and its std bound of 1e-5 held the policy
-    # std at its initial 0.7 for 2M env steps; these let it shrink (0.33 at 1.7M)
     init_temperature=1.0, init_alpha_mean=1.0, init_alpha_stddev=1.0, actor_lr=3e-4,
-    epsilon_stddev=1e-3)}
+    epsilon_stddev=1e-3, epsilon_mean=0.01,
+    # The policy target's pace is MPO's brake here: on a fixed D4PG critic its step
+    # climbs nearly as fast as DPG with the target copied every update, 6x slower with
+    # a copy every 25 and slowest at Polyak 0.005 (scripts/mpo_operator.py). A target
+    # one update old no longer anchors the std, so it is held at 0.2 (D4PG's noise).
+    # With Polyak targets no probe stood up in 3M env steps; with these, both seeds
+    # did (457 and 232 at 2.0M; docs/humanoid.md)
+    policy_target_period=1, learn_std=False, init_std=0.2)}
 
 
 # The valid values of the float fields (agent.check_ranges; every float must also be
