@@ -67,6 +67,7 @@ def main(spec: agent.Agent, argv=None, sweep_specs: Optional[Sequence[str]] = No
     train every combination x seed in the same program. Members are sharded
     over the devices when JAX sees several. Returns (states, history)."""
     from common import envs, parallel
+    parallel.initialize_distributed()  # before anything asks JAX for its backend
     config = parse(spec, argv, announce=False)
     with compile_cache(config.compile_cache), matmul_precision():
         axes = check_inputs(spec, config, sweep_specs or ())
