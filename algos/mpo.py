@@ -25,9 +25,8 @@ arXiv:1812.02256, per dimension, as in Acme's MPO loss. Each update:
   K` copies the policy every K updates instead, as Acme does.
 
 Gradients are clipped to a global norm of 40 (Acme). Exploration samples the
-online Gaussian (`--exploration-noise s` > 0: its mean plus D4PG's noise of
-std s); evaluation acts with the mean; actions reaching the env or the
-critic are clipped to the bounds. Acting, physics, replay, learning and
+online Gaussian; evaluation acts with its mean; actions reaching the env or
+the critic are clipped to the bounds. Acting, physics, replay, learning and
 evaluation run as one XLA program; `--num-seeds N` trains N seeds in it.
 
 Usage:
@@ -122,8 +121,6 @@ class Config:
     """policy std at initialisation (the exploration noise before the M-step shrinks it)"""
     learn_std: bool = True
     """learn the policy std (--no-learn-std: held at --init-std, the mean alone is fitted)"""
-    exploration_noise: float = 0.0
-    """0: sample the policy (MPO); > 0: its mean plus Gaussian noise of this std (D4PG)"""
     per_dim_constraining: bool = True
     """one KL constraint (and multiplier) per action dimension instead of one in total"""
     action_penalization: bool = True
@@ -169,8 +166,7 @@ TASK_DEFAULTS = {"humanoid": dict(
     num_envs=256, updates_per_step=0.0625, total_timesteps=10_000_000, eval_every=500_000,
     checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
     n_step=5,
-    init_temperature=1.0, init_alpha_mean=1.0, init_alpha_stddev=1.0, actor_lr=3e-4,
-    epsilon_stddev=1e-3, epsilon_mean=0.01,
+    init_temperature=1.0, init_alpha_mean=1.0, actor_lr=3e-4, epsilon_mean=0.01,
     # The policy target's pace is MPO's brake here: on a fixed D4PG critic its step
     # climbs nearly as fast as DPG with the target copied every update, 6x slower with
     # a copy every 25 and slowest at Polyak 0.005 (scripts/mpo_operator.py). A target
@@ -188,7 +184,7 @@ RANGES = dict(
     critic_lr="(0, inf)", max_grad_norm="[0, inf) 0: off",
     dual_lr="(0, inf)", epsilon="(0, inf)", epsilon_mean="(0, inf)", epsilon_stddev="(0, inf)",
     init_temperature="(0, inf)", init_alpha_mean="(0, inf)", init_alpha_stddev="(0, inf)",
-    init_std="(0, inf)", epsilon_penalty="(0, inf)", exploration_noise="[0, inf)",
+    init_std="(0, inf)", epsilon_penalty="(0, inf)",
     obs_clip="(0, inf)", v_min="< v_max", v_max="(-inf, inf)")
 
 CRITICS = ("scalar", "categorical")
@@ -268,7 +264,6 @@ class HParams(NamedTuple):
     init_alpha_stddev: jnp.ndarray
     epsilon_penalty: jnp.ndarray
     max_grad_norm: jnp.ndarray
-    exploration_noise: jnp.ndarray
     v_min: jnp.ndarray
     v_max: jnp.ndarray
 
@@ -491,16 +486,12 @@ def make_train(config: Config) -> agent.Train:
 
     def iteration(state: TrainState, i):
         """Every env takes one step; then the due gradient updates."""
-        hp = state.hp
         key, k_policy, k_random = jax.random.split(state.key, 3)
         env_state = state.env_state
         obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
             else state.obs_stats
         mean, std = actor.apply(state.actor_params, obs_in(obs_stats, env_state.obs))
-        # a sample of the policy's Gaussian, or at --exploration-noise > 0 of one with that
-        # fixed std instead (D4PG's mean plus noise); a traced choice, so it can be swept
-        sigma = jnp.where(hp.exploration_noise > 0, hp.exploration_noise, std)
-        explore = to_env(distrax.Normal(mean, sigma).sample(seed=k_policy))
+        explore = to_env(distrax.Normal(mean, std).sample(seed=k_policy))
         random = box.uniform(k_random, explore.shape)
         warmup = i * E < config.learning_starts
         action = jnp.where(warmup, random, explore)
@@ -590,8 +581,8 @@ def make_train(config: Config) -> agent.Train:
 def make_act(config: Config, env: envs.Env):
     """act(state, obs, key, deterministic) -> action in env units, from the
     train state's policy (observations normalised as in training): the
-    Gaussian's mean when deterministic, else a sample as in training (its std,
-    or --exploration-noise when > 0); clipped to the bounds."""
+    Gaussian's mean when deterministic, else a sample as in training; clipped
+    to the bounds."""
     actor = Actor(config.hidden_sizes, env.action_size, config.init_std, config.learn_std)
     box = agent.action_box(env)
 
@@ -599,8 +590,7 @@ def make_act(config: Config, env: envs.Env):
         if config.normalize_obs:
             obs = normalize.normalize(state.obs_stats, obs, config.obs_clip)
         mean, std = actor.apply(state.actor_params, obs)
-        sigma = jnp.where(state.hp.exploration_noise > 0, state.hp.exploration_noise, std)
-        action = mean if deterministic else distrax.Normal(mean, sigma).sample(seed=key)
+        action = mean if deterministic else distrax.Normal(mean, std).sample(seed=key)
         return box.clip(box.to_env(action))
 
     return act

@@ -1,7 +1,7 @@
 """MPO end to end: smoke on both backends, seeds, resume, the E-step weights
 and temperature dual, the decoupled KL constraints, the categorical critic
-(DMPO) and D4PG-style exploration, bad input and learning. Tiny networks and
-budgets; compiled programs are shared."""
+(DMPO), exploration by the policy's samples, bad input and learning. Tiny
+networks and budgets; compiled programs are shared."""
 import dataclasses
 import json
 
@@ -330,17 +330,16 @@ def test_expected_q_is_the_mean_of_the_distribution():
 
 @pytest.fixture(scope="module")
 def categorical():
-    """CATEGORICAL's train and two start states, one per --exploration-noise
-    (0 and 0.2, as a sweep runs them: same seed), with full random buffers.
-    The programs built from them compile with checks.MJX_COMPILE (3x faster)."""
+    """CATEGORICAL's train and two start states, one per --epsilon (0.1 and
+    0.05, as a sweep runs them: same seed), with full random buffers. The
+    programs built from them compile with checks.MJX_COMPILE (3x faster)."""
     train = mpo.make_train(CATEGORICAL)
-    noises = (0.0, 0.2)
     hps = jax.tree.map(lambda *x: jnp.stack(x), *[
-        mpo.AGENT.hparams(dataclasses.replace(CATEGORICAL, exploration_noise=s)) for s in noises])
+        mpo.AGENT.hparams(dataclasses.replace(CATEGORICAL, epsilon=e)) for e in (0.1, 0.05)])
     start = jax.jit(jax.vmap(train.init, in_axes=(None, 0)))(jax.random.PRNGKey(0), hps)
     fill = jax.jit(jax.vmap(replay.synthetic, in_axes=(0, None, None)), static_argnums=2)
     start = start._replace(replay=fill(start.replay, jax.random.PRNGKey(1), 100))
-    return dict(train=train, noises=noises, start=jax.tree.map(np.asarray, start))
+    return dict(train=train, start=jax.tree.map(np.asarray, start))
 
 
 def test_categorical_update_feeds_the_e_step_the_target_distributions_means(categorical,
@@ -402,12 +401,12 @@ def test_policy_target_is_copied_every_period_and_the_critic_target_averaged(cat
 
 
 def test_cli_runs_the_categorical_critic(tmp_path):
-    """`python algos/mpo.py --critic categorical` (and D4PG-style exploration;
-    its main() in this process) runs to the end and logs finite losses: its
-    checkpoint holds a critic with num_atoms outputs."""
+    """`python algos/mpo.py --critic categorical` (its main() in this process)
+    runs to the end and logs finite losses: its checkpoint holds a critic
+    with num_atoms outputs."""
     _, history = mpo.main([
         "--env", "cartpole_balance", "--backend", "native", "--critic", "categorical",
-        "--num-atoms", "11", "--v-max", "10", "--exploration-noise", "0.2",
+        "--num-atoms", "11", "--v-max", "10",
         "--total-timesteps", "600", "--learning-starts", "200", "--num-envs", "2",
         "--batch-size", "16", "--buffer-size", "600", "--hidden-sizes", "8",
         "--num-samples", "4", "--eval-every", "0", "--eval-episodes", "1",
@@ -416,7 +415,7 @@ def test_cli_runs_the_categorical_critic(tmp_path):
         assert np.isfinite(np.asarray(history[name])[:, -1]).all(), name
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["critic"] == "categorical" and config["exploration_noise"] == 0.2
+    assert config["critic"] == "categorical" and config["num_atoms"] == 11
     paths = checkpoint.read_header(str(run_dir))["leaf_paths"]
     with np.load(run_dir / "checkpoint.npz") as z:
         critic = {p: z[f"leaf_{i:05d}"] for i, p in enumerate(paths)
@@ -427,55 +426,56 @@ def test_cli_runs_the_categorical_critic(tmp_path):
 
 # --------------------------------------------------------------------- exploration
 
-def test_exploration_noise_acts_with_the_clipped_mean_plus_that_noise(categorical):
-    """One iteration past the warm-up, vmapped over --exploration-noise 0 and
-    0.2 (same seed, so the same normal draw eps): at 0.2 each env gets
-    clip(mean + 0.2 eps), at 0 clip(mean + std eps), a sample of the
-    policy's Gaussian."""
+def test_exploration_samples_the_policy_clipped(categorical):
+    """One iteration past the warm-up: each env acts with clip(mean + std eps),
+    a sample of the policy's Gaussian (eps: the iteration's own normal draw)."""
     train, start = categorical["train"], categorical["start"]
     iteration = jax.jit(jax.vmap(train.iteration, in_axes=(0, None)),
                         compiler_options=checks.MJX_COMPILE)
     past_warmup = CATEGORICAL.learning_starts // CATEGORICAL.num_envs
     after, _ = iteration(start, past_warmup)
     actor = mpo.Actor(CATEGORICAL.hidden_sizes, train.env.action_size, CATEGORICAL.init_std)
-    for m, noise in enumerate(categorical["noises"]):
-        state = jax.tree.map(lambda x: x[m], start)
-        mean, std = jax.jit(actor.apply)(state.actor_params, state.env_state.obs)
-        eps = jax.random.normal(jax.random.split(state.key, 3)[1], mean.shape)
-        want = np.clip(mean + (noise if noise > 0 else std) * eps, -1, 1)
-        row = int(state.replay.pos)                       # where this step's actions go
-        np.testing.assert_allclose(after.replay.action[m, row], want, rtol=1e-5, atol=1e-6)
-        assert not np.allclose(want, np.clip(mean, -1, 1))
+    state = jax.tree.map(lambda x: x[0], start)
+    mean, std = jax.jit(actor.apply)(state.actor_params, state.env_state.obs)
+    eps = jax.random.normal(jax.random.split(state.key, 3)[1], mean.shape)
+    want = np.clip(mean + std * eps, -1, 1)
+    row = int(state.replay.pos)                       # where this step's actions go
+    np.testing.assert_allclose(after.replay.action[0, row], want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(want, np.clip(mean, -1, 1))
 
 
-def test_stochastic_act_has_the_exploration_noise_std(categorical):
-    """make_act's sample follows training: at a zero observation the policy
-    mean is 0 and the actions' std over many keys is --exploration-noise (not
-    the policy's std, 0.7 at init); deterministic acting is the mean."""
-    state = jax.tree.map(lambda x: x[1], categorical["start"])      # noise 0.2
-    act = mpo.make_act(CATEGORICAL, categorical["train"].env)
+def test_stochastic_act_samples_the_policy(categorical):
+    """make_act's sample follows training: the actions' std over many keys is
+    that of the policy's Gaussian clipped to the bounds; deterministic acting
+    is the mean."""
+    train, state = categorical["train"], jax.tree.map(lambda x: x[0], categorical["start"])
+    act = mpo.make_act(CATEGORICAL, train.env)
     obs = jnp.zeros(state.env_state.obs.shape[-1])
     sample = jax.jit(jax.vmap(lambda s, k: act(s, obs, k, False), in_axes=(None, 0)))
-    actions = sample(state, jax.random.split(jax.random.PRNGKey(1), 4000))
-    np.testing.assert_allclose(jax.jit(act, static_argnums=3)(state, obs, None, True), 0.0,
-                               atol=1e-6)
-    np.testing.assert_allclose(np.std(actions), 0.2, rtol=0.05)
-    np.testing.assert_allclose(np.mean(actions), 0.0, atol=0.02)
+    actions = np.asarray(sample(state, jax.random.split(jax.random.PRNGKey(1), 4000)))
+    actor = mpo.Actor(CATEGORICAL.hidden_sizes, train.env.action_size, CATEGORICAL.init_std)
+    mean, std = (np.asarray(x) for x in actor.apply(state.actor_params, obs))
+    np.testing.assert_allclose(jax.jit(act, static_argnums=3)(state, obs, None, True),
+                               np.clip(mean, -1, 1), atol=1e-6)
+    reference = np.clip(mean + std * np.random.default_rng(0).normal(size=(100_000, mean.size)),
+                        -1, 1)
+    np.testing.assert_allclose(actions.std(0), reference.std(0), rtol=0.06)
+    np.testing.assert_allclose(actions.mean(0), reference.mean(0), atol=0.04)
 
 
-def test_sweep_over_exploration_noise_is_planned_as_one_program():
-    """`scripts/sweep.py --algo mpo --sweep exploration_noise=0,0.2 --num-seeds 2`:
-    4 members, the noise a traced per-member value; a negative noise is
-    refused before anything compiles, and the critic (a structure) is no axis."""
+def test_sweep_over_epsilon_is_planned_as_one_program():
+    """`scripts/sweep.py --algo mpo --sweep epsilon=0.1,0.2 --num-seeds 2`:
+    4 members, the bound a traced per-member value; a zero bound is refused
+    before anything compiles, and the critic (a structure) is no axis."""
     config = cli.parse(mpo.AGENT, ["--env", "cartpole_balance", "--num-seeds", "2"],
                        announce=False)
-    axes = cli.check_inputs(mpo.AGENT, config, ["exploration_noise=0,0.2"])
+    axes = cli.check_inputs(mpo.AGENT, config, ["epsilon=0.1,0.2"])
     plan = cli.plan_members(mpo.AGENT, config, axes)
     assert plan.num_members == 4
-    np.testing.assert_allclose(plan.hps.exploration_noise, [0, 0, 0.2, 0.2], rtol=1e-6)
-    np.testing.assert_allclose(plan.hps.epsilon, [config.epsilon] * 4, rtol=1e-6)
-    with pytest.raises(UserError, match="--exploration-noise must be >= 0"):
-        cli.check_inputs(mpo.AGENT, config, ["exploration_noise=-0.1,0.2"])
+    np.testing.assert_allclose(plan.hps.epsilon, [0.1, 0.1, 0.2, 0.2], rtol=1e-6)
+    np.testing.assert_allclose(plan.hps.epsilon_mean, [config.epsilon_mean] * 4, rtol=1e-6)
+    with pytest.raises(UserError, match="--epsilon must be positive"):
+        cli.check_inputs(mpo.AGENT, config, ["epsilon=0,0.2"])
     with pytest.raises(UserError, match="changes array shapes"):
         cli.check_inputs(mpo.AGENT, config, ["critic=1,2"])
 
@@ -484,7 +484,7 @@ def test_sweep_over_exploration_noise_is_planned_as_one_program():
 
 def test_cli_help(capsys):
     checks.check_help(mpo, capsys, "--epsilon-mean", "--num-samples", "--dual-lr", "Lagrange",
-                      "--critic", "--num-atoms", "--exploration-noise")
+                      "--critic", "--num-atoms", "--no-learn-std")
 
 
 BAD = checks.BAD + [(["--num-samples", "0"], "num-samples must be positive"),
@@ -493,7 +493,6 @@ BAD = checks.BAD + [(["--num-samples", "0"], "num-samples must be positive"),
                     (["--critic", "quantile"], "unknown --critic 'quantile'"),
                     (["--num-atoms", "1"], "num-atoms must be at least 2"),
                     (["--v-min", "100"], "--v-min 100.0 must be below --v-max 100.0"),
-                    (["--exploration-noise", "-0.1"], "exploration-noise must be >= 0"),
                     (["--policy-target-period", "-1"], "policy-target-period must be 0")]
 
 
