@@ -1,13 +1,16 @@
 """Build release/: the best seed of every benchmark run, exported.
 
-    python scripts/release.py    # from docs/results/standard/ and humanoid/ into release/
+    python scripts/release.py    # from docs/results/standard/, humanoid/ and accelerator/
 
 For each (agent, task) result of the standard benchmark
 (scripts/benchmarks/standard.py: `docs/results/standard/<task>__<algo>.json`
 and its `.policy.npz`) and of the humanoid benchmark
 (scripts/benchmarks/humanoid.py: a JSON and policy per seed), the seed
 with the highest final evaluation return is exported with scripts/export.py
-to `release/<task>__<algo>.npz`, and `release/README.md` gets a table: agent,
+to `release/<task>__<algo>.npz`; of the accelerator benchmark's humanoid_walk
+runs (scripts/benchmarks/accelerator.py: one seed per agent, 10 minutes on
+one accelerator machine), the agent with the highest final return goes to
+`release/humanoid_walk__<algo>__accelerator.npz`. `release/README.md` gets a table: agent,
 task, env steps, that seed's final evaluation return (10 held-out episodes at
 the end of training), the mean over 20 new held-out episodes
 (scripts/evaluate.py's interval), the check return the test replays, and
@@ -26,6 +29,8 @@ import json
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = (os.path.join(ROOT, "docs", "results", "standard"),
            os.path.join(ROOT, "docs", "results", "humanoid"))
+ACCELERATOR = os.path.join(ROOT, "docs", "results", "accelerator")
+ACCELERATOR_TASK = "humanoid_walk"
 RELEASE = os.path.join(ROOT, "release")
 ORDER = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo", "ppo")
 EPISODES = 20
@@ -46,7 +51,8 @@ def best_seeds(results) -> dict:
                 continue
             with open(path) as f:
                 r = json.load(f)
-            finals = [s[-1] for s in r["eval_returns"]]
+            returns = r["eval_returns"]  # one list per seed; flat: one seed
+            finals = [s[-1] for s in (returns if isinstance(returns[0], list) else [returns])]
             index = int(np.argmax(finals))
             seed = r.get("seed", r["config"]["seed"] + index)
             key = (r["task"], r["algo"])
@@ -55,7 +61,18 @@ def best_seeds(results) -> dict:
     return best
 
 
-def build(results=RESULTS, release: str = RELEASE, episodes: int = EPISODES) -> list:
+def best_accelerator(folder: str = ACCELERATOR, task: str = ACCELERATOR_TASK) -> dict:
+    """{(task, algo): ...} as best_seeds, of the one agent whose accelerator
+    run on `task` ended highest (empty without such runs)."""
+    runs = {k: v for k, v in best_seeds([folder]).items() if k[0] == task}
+    if not runs:
+        return {}
+    key = max(runs, key=lambda k: runs[k][0])
+    return {key: runs[key]}
+
+
+def build(results=RESULTS, release: str = RELEASE, episodes: int = EPISODES,
+          accelerator: str = ACCELERATOR) -> list:
     import jax
     import numpy as np
 
@@ -66,8 +83,10 @@ def build(results=RESULTS, release: str = RELEASE, episodes: int = EPISODES) -> 
 
     os.makedirs(release, exist_ok=True)
     rows = []
-    for (task, algo), (final, source, index, seed, r) in sorted(best_seeds(results).items()):
-        out = os.path.join(release, f"{task}__{algo}.npz")
+    runs = [(key, v, "") for key, v in sorted(best_seeds(results).items())]
+    runs += [(key, v, "__accelerator") for key, v in best_accelerator(accelerator).items()]
+    for (task, algo), (final, source, index, seed, r), suffix in runs:
+        out = os.path.join(release, f"{task}__{algo}{suffix}.npz")
         header = export.main([source, "--seed-index", str(index), "--out", out])
         policy = pol.load_policy(out)
         returns = pol.episode_returns(policy, jax.random.split(jax.random.PRNGKey(1), episodes))
@@ -84,11 +103,13 @@ def build(results=RESULTS, release: str = RELEASE, episodes: int = EPISODES) -> 
                 hi=hi,
                 check=header["check"]["return"],
                 command=r["command"],
+                where=f" ({r['minutes']:g} minutes on {r['machine']})" if suffix else "",
                 file=os.path.basename(out),
                 kib=os.path.getsize(out) / 1024,
             )
         )
-    rows.sort(key=lambda x: (x["task"], ORDER.index(x["algo"]) if x["algo"] in ORDER else 99))
+    rows.sort(key=lambda x: (x["task"], x["file"].endswith("__accelerator.npz"),
+                             ORDER.index(x["algo"]) if x["algo"] in ORDER else 99))
     total = sum(os.path.getsize(p) for p in glob.glob(os.path.join(release, "*")))
     if total > LIMIT_BYTES:
         raise SystemExit(f"release/ holds {total / 2**20:.1f} MB, over the 15 MB limit")
@@ -105,7 +126,10 @@ def readme(rows: list) -> str:
         "benchmark (`python scripts/benchmark.py standard`: walker_walk and cheetah_run,",
         "2 seeds per run, default configs, native physics) and of the humanoid benchmark",
         "(`python scripts/benchmark.py humanoid`: 2 core-hours per seed, each agent's",
-        "humanoid defaults, native physics), exported by",
+        "humanoid defaults, native physics), and the best humanoid walker of the",
+        "accelerator benchmark (`python scripts/benchmark.py accelerator runs`: each agent's",
+        "command with no flag, 10 minutes on one TPU machine; `__accelerator` in its name),",
+        "exported by",
         "`scripts/release.py` with `scripts/export.py`. Each file holds that seed's actor",
         "parameters, observation statistics, config, task, agent, format version,",
         "evaluation return and a check (one deterministic native episode from a fixed",
@@ -131,7 +155,7 @@ def readme(rows: list) -> str:
         lines.append(
             f"| {r['file']} | {r['algo']} | {r['task']} | {r['steps']:,} | {r['seed']} | "
             f"{r['final']:.1f} | {r['mean']:.1f} [{r['lo']:.1f}, {r['hi']:.1f}] | "
-            f"{r['check']:.2f} | {r['kib']:.0f} KiB | `{r['command']}` |"
+            f"{r['check']:.2f} | {r['kib']:.0f} KiB | `{r['command']}`{r.get('where', '')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -140,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", nargs="+", default=list(RESULTS),
                    help="folders of benchmark results (default: standard and humanoid)")
+    p.add_argument("--accelerator", default=ACCELERATOR,
+                   help="folder of accelerator benchmark results (its best humanoid walker)")
     p.add_argument("--release", default=RELEASE)
     p.add_argument("--episodes", type=int, default=EPISODES)
     return p
@@ -147,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    for r in build(args.results, args.release, args.episodes):
+    for r in build(args.results, args.release, args.episodes, args.accelerator):
         print(
             f"{r['file']:<28} seed {r['seed']}  final {r['final']:7.1f}  "
             f"held-out mean {r['mean']:7.1f} [{r['lo']:.1f}, {r['hi']:.1f}]  {r['kib']:.0f} KiB"

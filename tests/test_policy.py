@@ -347,6 +347,26 @@ def test_a_policy_with_a_non_finite_weight_is_not_exported_or_released(trained, 
     assert not out.exists() and not glob.glob(str(tmp_path / "release" / "*.npz"))
 
 
+def test_release_picks_the_accelerator_walker_that_ended_highest(tmp_path):
+    """The accelerator benchmark keeps one seed per agent (flat eval_returns):
+    of its humanoid_walk runs with a policy, the highest final return is
+    released; other tasks and runs without a policy are not candidates."""
+    def result(task, algo, returns, policy=True):
+        (tmp_path / f"{task}__{algo}.json").write_text(json.dumps(
+            {"task": task, "algo": algo, "config": {"seed": 1}, "eval_returns": returns}))
+        if policy:
+            (tmp_path / f"{task}__{algo}.policy.npz").write_bytes(b"")
+    result("humanoid_walk", "td3", [300.0, 802.0, 790.0])
+    result("humanoid_walk", "d4pg", [400.0, 852.0, 800.0])
+    result("humanoid_walk", "sac", [900.0], policy=False)
+    result("humanoid_run", "d4pg", [950.0])
+    ((key, (final, source, index, seed, _)),) = release_script.best_accelerator(
+        str(tmp_path)).items()
+    assert key == ("humanoid_walk", "d4pg") and final == 800.0 and (index, seed) == (0, 1)
+    assert source.endswith("humanoid_walk__d4pg.policy.npz")
+    assert release_script.best_accelerator(str(tmp_path), task="cheetah_run") == {}
+
+
 def test_evaluate_prints_mean_and_interval(trained, capsys):
     returns = evaluate_script.main([trained.exported, "--episodes", "3", "--seed", "1"])
     printed = capsys.readouterr().out
@@ -374,6 +394,7 @@ def test_release_files_reproduce_their_check():
     expected = {f"{t}__{a}.npz" for t in ("walker_walk", "cheetah_run") for a in algos}
     humanoid = glob.glob(os.path.join(ROOT, "docs", "results", "humanoid", "*__*__seed*.json"))
     expected |= {"__".join(os.path.basename(p).split("__")[:2]) + ".npz" for p in humanoid}
+    expected |= {f"{t}__{a}__accelerator.npz" for t, a in release_script.best_accelerator()}
     assert {os.path.basename(p) for p in paths} == expected
     for path in paths:
         policy = load_policy(path)
