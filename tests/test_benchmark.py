@@ -229,6 +229,29 @@ def test_accelerator_agent_rows_name_their_envs_batch_and_update_ratio():
         accelerator.run(accelerator_args("update", "--loop-ups", "2"))
 
 
+def test_accelerator_seeds_reads_the_last_progress_line_and_scales_by_the_seed_count():
+    """`accelerator seeds`: a run's last progress line gives env steps and
+    env steps/s per seed (the bar rewrites itself with \\r); the table shows
+    the total over all seeds and its ratio to the first program's."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from benchmarks import accelerator
+    text = ("physics: native\n[#-----]    262144/1000000000 steps    18000 steps/s  return 1.0"
+            "\r[##----]    524288/1000000000 steps    19875 steps/s  return 2.0  eval nan\n")
+    assert accelerator.last_progress(text) == (524288, 19875.0)
+    assert accelerator.last_progress("compiling...\n") is None
+    rows = [dict(seeds=1, steps_per_seed=524288, sps_per_seed=20000.0, sps_total=20000.0),
+            dict(seeds=4, steps_per_seed=262144, sps_per_seed=15000.0, sps_total=60000.0)]
+    for r in rows:
+        r["scaling"] = r["sps_total"] / rows[0]["sps_total"]
+    table = accelerator.seeds_table(dict(algo="d4pg", task="humanoid_walk", machine="m",
+                                         rows=rows))
+    cells = [c.strip() for c in table.splitlines()[-1].split("|")[1:-1]]
+    assert cells == ["4", "262,144", "15,000", "60,000", "3.00"]
+    from common.errors import UserError
+    with pytest.raises(UserError, match="seed-counts"):
+        accelerator.run(accelerator_args("seeds", "--seed-counts", "0", "4"))
+
+
 def accelerator_args(*argv):
     import argparse
     sys.path.insert(0, os.path.join(ROOT, "scripts"))

@@ -4,6 +4,7 @@ runs of the accelerator benchmark.
 
     python scripts/benchmark.py accelerator update    # the update, taken apart
     python scripts/benchmark.py accelerator runs      # every agent, 10 minutes each
+    python scripts/benchmark.py accelerator seeds     # 1 and 4 seeds in one program
     python scripts/benchmark.py accelerator report    # table.md from the result JSONs
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -53,6 +55,14 @@ runs: every agent (--algos) on humanoid_walk (and --extra TASK:ALGO runs),
   the env steps/s, the seconds to the first log (startup and compile), the
   exact command and the machine; the policy of the last checkpoint beside it.
 
+seeds: the agent's own command (--algos, default d4pg; --task) with --num-seeds
+  N for each of --seed-counts (1 4), each in a fresh process stopped after
+  --seed-minutes, compile included; the env steps/s per seed its progress
+  line shows last (steps since the first logged chunk, so compile excluded),
+  times N for the program's total, and each total over the first count's:
+  the scaling of several seeds in one program. Printed, and kept as
+  seeds_<task>_<algo>.json beside the results.
+
 report: docs/results/accelerator/table.md from the result JSONs."""
 
 OFF_POLICY = ("td3", "ddpg", "d4pg", "td4", "sac", "mpo")
@@ -63,7 +73,7 @@ RECIPE_ENVS, RECIPE_UPS = 256, 0.0625
 
 
 def add_arguments(p) -> None:
-    p.add_argument("part", choices=("update", "runs", "report"))
+    p.add_argument("part", choices=("update", "runs", "seeds", "report"))
     p.add_argument("--algos", nargs="+", default=None,
                    help="agents (update: the off-policy six; runs: all seven)")
     p.add_argument("--task", default="humanoid_walk")
@@ -81,6 +91,10 @@ def add_arguments(p) -> None:
     p.add_argument("--extra", nargs="*", default=[], metavar="TASK:ALGO",
                    help="runs: more runs (e.g. humanoid_run:d4pg)")
     p.add_argument("--flags", default="", help="runs: extra flags for every run's command")
+    p.add_argument("--seed-counts", nargs="+", type=int, default=[1, 4],
+                   help="seeds: --num-seeds of each program")
+    p.add_argument("--seed-minutes", type=float, default=3.0,
+                   help="seeds: wall-clock per program, compile included")
     p.add_argument("--out", default=None,
                    help="runs: where the JSONs go (default docs/results/accelerator)")
     p.add_argument("--quick", action="store_true",
@@ -93,9 +107,10 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from common.errors import UserError
     if (min(args.batch_sizes) < 1 or args.updates < 1 or args.repeats < 1 or args.minutes <= 0
-            or min(args.loop_envs) < 1 or not 0 < min(args.loop_ups) <= max(args.loop_ups) <= 1):
-        raise UserError("--batch-sizes, --updates, --repeats, --minutes and --loop-envs must be "
-                        "positive, --loop-ups in (0, 1]")
+            or min(args.loop_envs) < 1 or not 0 < min(args.loop_ups) <= max(args.loop_ups) <= 1
+            or min(args.seed_counts) < 1 or args.seed_minutes <= 0):
+        raise UserError("--batch-sizes, --updates, --repeats, --minutes, --loop-envs, "
+                        "--seed-counts and --seed-minutes must be positive, --loop-ups in (0, 1]")
     out = args.out or (os.path.join(ROOT, "bench", "accelerator") if args.quick else RESULTS)
     if args.part == "update" and args.sample_variants:
         sample_variants(args.task if not args.quick else "cartpole_balance",
@@ -113,6 +128,15 @@ def run(args) -> int:
             with cli.matmul_precision():  # as the runs compile it (highest on a TPU)
                 rows = agent_rows(algos, args, 4 if args.quick else args.loop_iters)
             print(agents_table(rows))
+        return 0
+    if args.part == "seeds":
+        task = "cartpole_balance" if args.quick else args.task
+        algo = (args.algos or ["d4pg"])[0]
+        r = seeds_scaling(task, algo, args.seed_counts, 1.0 if args.quick else args.seed_minutes,
+                          args.flags.split(), args.quick)
+        os.makedirs(out, exist_ok=True)
+        write_json(os.path.join(out, f"seeds_{task}_{algo}.json"), r)
+        print(seeds_table(r))
         return 0
     if args.part == "runs":
         task = "cartpole_balance" if args.quick else args.task
@@ -416,6 +440,64 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
                             **standard.policy_leaves(ckpt))
     write_json(result_path(out, task, algo), result)
     return result
+
+
+PROGRESS = re.compile(r"(\d+)/\d+ steps\s+(\d+) steps/s")
+
+
+def last_progress(text: str):
+    """(env steps per seed, env steps/s per seed) of the last progress line
+    in a run's output (None: it logged no chunk)."""
+    found = PROGRESS.findall(text)
+    return (int(found[-1][0]), float(found[-1][1])) if found else None
+
+
+def stopped_output(cmd: List[str], seconds: float) -> str:
+    """The output of `cmd` run for `seconds` (then SIGINT, then killed)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        return proc.communicate(timeout=seconds)[0]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            return proc.communicate(timeout=15)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.communicate()[0]
+
+
+def seeds_scaling(task: str, algo: str, counts: List[int], minutes: float, flags: List[str],
+                  quick: bool) -> Dict:
+    """The agent's command with --num-seeds N for each N in `counts`, each
+    stopped after `minutes`: env steps/s per seed and in all."""
+    tiny = ["--num-envs", "4", "--hidden-sizes", "16", "16", "--batch-size", "32",
+            "--learning-starts", "500"] if quick and algo != "ppo" else []
+    rows = []
+    for n in counts:
+        log_dir = os.path.join(ROOT, "bench", "accelerator_seeds", f"{task}__{algo}__{n}")
+        cmd = [sys.executable, os.path.join(ROOT, "algos", f"{algo}.py"), "--env", task,
+               "--num-seeds", str(n), "--total-timesteps", str(10 ** 9), "--eval-every", "0",
+               "--checkpoint-every", "0", *tiny, *flags, "--log-dir", log_dir]
+        progress = last_progress(stopped_output(cmd, minutes * 60))
+        if progress is None:
+            raise RuntimeError(f"{' '.join(cmd)} logged no chunk in {minutes:g} minutes")
+        steps, sps = progress
+        rows.append(dict(seeds=n, steps_per_seed=steps, sps_per_seed=sps, sps_total=n * sps))
+    for r in rows:
+        r["scaling"] = r["sps_total"] / rows[0]["sps_total"]
+    return dict(task=task, algo=algo, minutes=minutes, flags=" ".join(flags), rows=rows,
+                machine=device_line(), commit=git_commit(), date=time.strftime("%Y-%m-%d"))
+
+
+def seeds_table(r: Dict) -> str:
+    lines = [f"{r['algo']} on {r['task']}, several seeds in one program, on {r['machine']}:", "",
+             "| seeds | env steps per seed | env steps/s per seed | env steps/s in all | "
+             f"x {r['rows'][0]['seeds']} seed(s) |", "|---:|---:|---:|---:|---:|"]
+    for row in r["rows"]:
+        lines.append(f"| {row['seeds']} | {row['steps_per_seed']:,} | {row['sps_per_seed']:,.0f} | "
+                     f"{row['sps_total']:,.0f} | {row['scaling']:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_table(rows: List[Dict], out: str) -> str:
