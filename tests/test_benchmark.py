@@ -185,6 +185,25 @@ def test_accelerator_update_quick_times_every_part_of_the_update():
     assert len(times) == 6 and all(t > 0 for t in times), row  # mlp ... add
 
 
+def test_accelerator_kernels_counts_each_update_against_the_bare_one():
+    """`accelerator update --kernels`: the compiled update's kernels by kind,
+    the bare MLP update first; an agent's update holds more (replay
+    sampling draws random numbers, the bare update none) and its kinds sum
+    to its total."""
+    r = _run("accelerator", "update", "--quick", "--kernels")
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    head = [c.strip() for c in next(ln for ln in lines if ln.startswith("| agent |"))
+            .split("|")[1:-1]]
+    rows = {c[0]: c for c in ([x.strip() for x in ln.split("|")[1:-1]]
+                              for ln in lines if ln.startswith(("| bare", "| td3")))}
+    bare, td3 = (dict(zip(head, rows[k])) for k in ("bare MLP update", "td3"))
+    kinds = head[3:]
+    for row in (bare, td3):
+        assert int(row["kernels"]) == sum(int(row[k]) for k in kinds) > 0, row
+    assert int(td3["kernels"]) > int(bare["kernels"]) and int(td3["rng"]) > 0 == int(bare["rng"])
+
+
 def test_accelerator_sample_variants_times_every_form_of_replay_sample():
     r = _run("accelerator", "update", "--quick", "--sample-variants")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -36,6 +36,10 @@ update: on the default JAX device, each piece of an off-policy update timed
   * add         replay.add of one step of 256 envs (once per iteration, not per update);
   * proj        the categorical projection (101 atoms) as scatter-adds and as a
                 dense triangle-kernel product (D4PG, TD4);
+  --kernels: instead, how many kernels each agent's update (--algos) compiles
+  to on this device at its humanoid recipe (batch: the first --batch-sizes),
+  by what they do; where each launch has a fixed cost, their count is the
+  update's fixed cost;
   then per agent (--algos), through the agent protocol at its humanoid recipe
   with --loop-envs envs (256) and --loop-ups updates per env step (1/16),
   each with every --batch-sizes (the candidates of an accelerator recipe;
@@ -99,6 +103,9 @@ def add_arguments(p) -> None:
                    help="runs: where the JSONs go (default docs/results/accelerator)")
     p.add_argument("--quick", action="store_true",
                    help="smoke check: cartpole_balance, tiny nets and batches, a 40 s run")
+    p.add_argument("--kernels", action="store_true",
+                   help="update: only the kernel count of each agent's compiled update, by "
+                        "what the kernels do")
     p.add_argument("--sample-variants", action="store_true",
                    help="update: only the forms of replay.sample (replay.SAMPLERS), timed "
                         "in turn in one process, ms per call")
@@ -116,6 +123,12 @@ def run(args) -> int:
         sample_variants(args.task if not args.quick else "cartpole_balance",
                         [16] if args.quick else args.batch_sizes,
                         4 if args.quick else args.updates, max(args.repeats, 5), args.quick)
+        return 0
+    if args.part == "update" and args.kernels:
+        algos = args.algos or (("td3",) if args.quick else OFF_POLICY)
+        print(kernels_table([update_kernels(a, "cartpole_balance" if args.quick else args.task,
+                                            args.batch_sizes[0], args.quick)
+                             for a in ("bare", *algos)]))
         return 0
     if args.part == "update":
         rows = update_parts(args.task if not args.quick else "cartpole_balance",
@@ -341,6 +354,74 @@ def agent_rows(algos, args, iters: int) -> List[Dict]:
                   f"ms, acting {1e3 * r['ms_acting']:.1f} us/env step, loop "
                   f"{1e3 * r['ms_loop']:.1f} us/env step", flush=True)
     return rows
+
+
+KERNEL_KINDS = (  # (kind, what its op names hold), the first that matches
+    ("rng", ("threefry", "randint", "random_bits", "random_")),
+    ("layer norm", ("LayerNorm",)),
+    ("replay gathers", ("gather", "dynamic_slice")),
+    ("networks", ("Critic", "Actor", "dot_general")),
+    ("optimiser and targets", ("/add", "/mul", "/pow", "/div", "/sqrt", "/sub", "/max")))
+
+
+def count_kernels(compiled: str) -> Dict[str, int]:
+    """The kernels (fusions, matmuls, gathers, copies, ...) of a compiled
+    module's text, by KERNEL_KINDS on the ops' names: every computation but
+    fusion bodies (whose ops run inside their fusion's kernel), so the entry
+    and the bodies of loops and conditionals (a kernel there counts once)."""
+    import re
+    blocks = re.split(r"\n(?=\S)", compiled)
+    kinds = {k: 0 for k, _ in KERNEL_KINDS}
+    kinds.update(copies=0, other=0)
+    for line in (ln for b in blocks if not b.startswith("%fused") for ln in b.splitlines()):
+        op = re.search(r"\s(fusion|convolution|dot|copy|gather|scatter|sort|custom-call|"
+                       r"reduce|select-and-scatter|rng-bit-generator)\(", line)
+        if not op:
+            continue
+        name = re.search(r'op_name="([^"]*)"', line)
+        name = name.group(1) if name else ""
+        kind = "copies" if op.group(1) == "copy" else next(
+            (k for k, keys in KERNEL_KINDS if any(x in name for x in keys)), "other")
+        kinds[kind] += 1
+    return dict(total=sum(kinds.values()), **kinds)
+
+
+def update_kernels(algo: str, task: str, batch: int, quick: bool) -> Dict:
+    """count_kernels of one agent's update at its humanoid recipe, compiled
+    for the default device with the state donated, as in a run; algo "bare":
+    bare_update's (TD3 shapes, no replay, normalisation or layer norm)."""
+    import jax
+    import jax.numpy as jnp
+
+    from . import train
+    if algo == "bare":
+        from common import envs
+        env = envs.make(task, "native")
+        step, carry = bare_update(env.observation_size, env.action_size, batch,
+                                  (16, 16) if quick else (256, 256))
+        compiled = jax.jit(step, donate_argnums=0).lower(carry, jnp.int32(0)).compile()
+        return dict(algo="bare MLP update", batch=batch, **count_kernels(compiled.as_text()))
+    mod = train.load_algo(algo)
+    recipe = dict(hidden_sizes=(16, 16), buffer_size=4096) if quick else \
+        mod.AGENT.defaults_for("humanoid_walk")
+    recipe = {k: v for k, v in recipe.items() if k not in ("num_envs", "total_timesteps")}
+    _, config = train.agent_config(algo, task, 4 if quick else RECIPE_ENVS, 10 ** 6,
+                                   **{**recipe, "batch_size": batch})
+    t = mod.make_train(config)
+    shapes = jax.eval_shape(t.init, jax.random.PRNGKey(0))
+    compiled = jax.jit(t.update, donate_argnums=0).lower(shapes, jnp.int32(0)).compile()
+    return dict(algo=algo, batch=batch, **count_kernels(compiled.as_text()))
+
+
+def kernels_table(rows: List[Dict]) -> str:
+    kinds = [k for k, _ in KERNEL_KINDS] + ["copies", "other"]
+    lines = [f"Kernels of each agent's compiled update (humanoid recipe), on {device_line()}:",
+             "", "| agent | batch | kernels | " + " | ".join(kinds) + " |",
+             "|---|---:|---:|" + "---:|" * len(kinds)]
+    for r in rows:
+        lines.append(f"| {r['algo']} | {r['batch']} | {r['total']} | "
+                     + " | ".join(str(r[k]) for k in kinds) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def agents_table(rows: List[Dict]) -> str:
