@@ -460,6 +460,21 @@ def at_marks(seconds: List[float], values: List[float], steps: List[int], marks=
     return out
 
 
+def stopped_output(cmd: List[str], seconds: float) -> str:
+    """The output of `cmd` run for `seconds` (then SIGINT, then killed)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        return proc.communicate(timeout=seconds)[0]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            return proc.communicate(timeout=15)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.communicate()[0]
+
+
 def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
               flags: List[str], quick: bool) -> Dict:
     """The agent's own command, stopped `minutes` after its process started
@@ -472,17 +487,7 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
            "--total-timesteps", str(10 ** 9), "--eval-every", str(eval_every),
            "--checkpoint-every", str(4 * eval_every), *tiny, *flags]
     t0 = time.time()
-    proc = subprocess.Popen(cmd + ["--log-dir", log_dir], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        text, _ = proc.communicate(timeout=minutes * 60)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            text, _ = proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            text, _ = proc.communicate()
+    text = stopped_output(cmd + ["--log-dir", log_dir], minutes * 60)
     wall = time.time() - t0
     run_dir = sorted(glob.glob(os.path.join(log_dir, "*")), key=os.path.getmtime)[-1]
     plot = tool("plot")
@@ -531,21 +536,6 @@ def last_progress(text: str):
     in a run's output (None: it logged no chunk)."""
     found = PROGRESS.findall(text)
     return (int(found[-1][0]), float(found[-1][1])) if found else None
-
-
-def stopped_output(cmd: List[str], seconds: float) -> str:
-    """The output of `cmd` run for `seconds` (then SIGINT, then killed)."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        return proc.communicate(timeout=seconds)[0]
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            return proc.communicate(timeout=15)[0]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.communicate()[0]
 
 
 def seeds_scaling(task: str, algo: str, counts: List[int], minutes: float, flags: List[str],
