@@ -74,6 +74,9 @@ ALGOS = OFF_POLICY + ("ppo",)
 RESULTS = os.path.join(ROOT, "docs", "results", "accelerator")
 MARKS = (2.5, 5.0, 10.0)  # minutes
 RECIPE_ENVS, RECIPE_UPS = 256, 0.0625
+# --quick runs and seeds programs: tiny off-policy agents on cartpole_balance
+QUICK_FLAGS = ["--num-envs", "4", "--hidden-sizes", "16", "16", "--batch-size", "32",
+               "--learning-starts", "500"]
 
 
 def add_arguments(p) -> None:
@@ -481,8 +484,7 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
     (SIGINT: the run closes its logs and keeps its last checkpoint)."""
     from . import standard
     log_dir = os.path.join(ROOT, "bench", "accelerator_runs", f"{task}__{algo}")
-    tiny = ["--num-envs", "4", "--hidden-sizes", "16", "16", "--batch-size", "32",
-            "--learning-starts", "500"] if quick and algo != "ppo" else []
+    tiny = QUICK_FLAGS if quick and algo != "ppo" else []
     cmd = [sys.executable, os.path.join(ROOT, "algos", f"{algo}.py"), "--env", task,
            "--total-timesteps", str(10 ** 9), "--eval-every", str(eval_every),
            "--checkpoint-every", str(4 * eval_every), *tiny, *flags]
@@ -542,8 +544,7 @@ def seeds_scaling(task: str, algo: str, counts: List[int], minutes: float, flags
                   quick: bool) -> Dict:
     """The agent's command with --num-seeds N for each N in `counts`, each
     stopped after `minutes`: env steps/s per seed and in all."""
-    tiny = ["--num-envs", "4", "--hidden-sizes", "16", "16", "--batch-size", "32",
-            "--learning-starts", "500"] if quick and algo != "ppo" else []
+    tiny = QUICK_FLAGS if quick and algo != "ppo" else []
     rows = []
     for n in counts:
         log_dir = os.path.join(ROOT, "bench", "accelerator_seeds", f"{task}__{algo}__{n}")
