@@ -48,7 +48,9 @@ import jax.numpy as jnp
 import optax
 
 from common import agent, cli, envs, networks, normalize, replay
-from common.distributional import categorical_projection
+from common.distributional import categorical_projection, expected_q
+from common.mpo_loss import (MIN_DUAL_PARAM, action_cost, batch_mean, e_step, inverse_positive,
+                             kl_penalty_and_dual_loss, positive)
 from common.errors import UserError, exit_on_user_error
 
 
@@ -206,7 +208,6 @@ def validate(config: Config) -> None:
 # ----------------------------------------------------------------------------- Networks
 
 MIN_STD = 1e-6
-MIN_DUAL_PARAM = -18.0  # dual parameters are projected to >= this (softplus(-18) ~ 1.5e-8)
 
 
 class Actor(nn.Module):
@@ -269,21 +270,12 @@ class HParams(NamedTuple):
 
 
 class Duals(NamedTuple):
-    """Learned dual variables as unconstrained parameters; `positive` maps
-    them to the temperature and multipliers."""
+    """Learned dual variables as unconstrained parameters; `positive`
+    (common/mpo_loss.py) maps them to the temperature and multipliers."""
     temperature: jnp.ndarray   # []
     alpha_mean: jnp.ndarray    # [A] per dimension, else [1]
     alpha_stddev: jnp.ndarray  # [A] per dimension, else [1]
     penalty_temperature: jnp.ndarray  # [] action penalization (unused when it is off)
-
-
-def positive(param):
-    return jax.nn.softplus(param) + 1e-8
-
-
-def inverse_positive(value):
-    """softplus^-1, stable for large values (softplus^-1(1000) = 1000)."""
-    return value + jnp.log(-jnp.expm1(-value))
 
 
 class TrainState(NamedTuple):
@@ -317,6 +309,7 @@ def project_duals(duals: Duals) -> Duals:
 
 
 # ----------------------------------------------------------------------------- Algorithm
+# (the E-step, the action cost and the KL penalties are in common/mpo_loss.py)
 
 def td_target(reward, discount, next_q_samples):
     """Expected-value target: the critic averaged over the sampled next
@@ -333,53 +326,6 @@ def categorical_td_target(reward, discount, next_logits, v_min, v_max):
     linear, so this is also the mean of the N projected distributions."""
     mixture = jax.nn.softmax(next_logits).mean(0)
     return categorical_projection(reward, discount, mixture, v_min, v_max)
-
-
-def expected_q(logits, v_min, v_max):
-    """The mean of a categorical critic's distribution: [..., K] -> [...]."""
-    support = jnp.linspace(v_min, v_max, logits.shape[-1])
-    return (jax.nn.softmax(logits) * support).sum(-1)
-
-
-def batch_mean(x, mask):
-    """Mean over the batch (axis 0) of the states that count (mask 1; None: all)."""
-    if mask is None:
-        return x.mean(0)
-    mask = mask.reshape(mask.shape + (1,) * (x.ndim - 1))
-    return (mask * x).sum(0) / jnp.maximum(mask.sum(), 1.0)
-
-
-def e_step(q, temperature, epsilon, mask=None):
-    """Non-parametric E-step over N sampled actions per state (q: [N, B]).
-
-    Returns the weights softmax_j(q_ij / eta) (no gradient; each column sums
-    to 1), the temperature dual loss eta * epsilon + eta * mean_i log mean_j
-    exp(q_ij / eta) (whose gradient in eta is epsilon - KL(weights || uniform)),
-    and that mean KL, over the states that count (mask 1)."""
-    q = jax.lax.stop_gradient(q)
-    tempered = q / temperature
-    weights = jax.lax.stop_gradient(jax.nn.softmax(tempered, axis=0))
-    log_mean_exp = jax.nn.logsumexp(tempered, axis=0) - jnp.log(q.shape[0])
-    loss = temperature * (epsilon + batch_mean(log_mean_exp, mask))
-    kl = batch_mean(jnp.sum(weights * (jax.nn.log_softmax(tempered, axis=0)
-                                       + jnp.log(q.shape[0])), axis=0), mask)
-    return weights, loss, kl
-
-
-def action_cost(actions):
-    """-||a - clip(a, -1, 1)|| per sampled action (policy units, [N, B, A] ->
-    [N, B]): 0 inside the bounds, minus the distance to them outside."""
-    return -jnp.linalg.norm(actions - jnp.clip(actions, -1.0, 1.0), axis=-1)
-
-
-def kl_penalty_and_dual_loss(kl, alpha, epsilon, per_dim: bool, mask=None):
-    """kl: [B, A]. Penalty stopgrad(alpha) * KL on the policy and dual loss
-    alpha * (epsilon - stopgrad(KL)) on the multiplier, with the KL averaged
-    over the batch, per dimension or summed over dimensions."""
-    mean_kl = batch_mean(kl, mask) if per_dim else batch_mean(kl.sum(-1), mask)[None]
-    penalty = jnp.sum(jax.lax.stop_gradient(alpha) * mean_kl)
-    dual_loss = jnp.sum(alpha * (epsilon - jax.lax.stop_gradient(mean_kl)))
-    return penalty, dual_loss, mean_kl
 
 
 def policy_loss(mean, std, target_mean, target_std, actions, q, duals: Duals, hp: HParams,

@@ -35,3 +35,9 @@ def categorical_projection(reward, discount, probs, v_min, v_max, dense=None):
     mass = probs.reshape(-1)
     out = jnp.zeros(mass.shape, probs.dtype).at[index].add(mass * (1 - upper_share))
     return out.at[index + 1].add(mass * upper_share).reshape(probs.shape)
+
+
+def expected_q(logits, v_min, v_max):
+    """The mean of a categorical critic's distribution: [..., K] -> [...]."""
+    support = jnp.linspace(v_min, v_max, logits.shape[-1])
+    return (jax.nn.softmax(logits) * support).sum(-1)
