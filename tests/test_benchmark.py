@@ -204,6 +204,21 @@ def test_accelerator_kernels_counts_each_update_against_the_bare_one():
     assert int(td3["kernels"]) > int(bare["kernels"]) and int(td3["rng"]) > 0 == int(bare["rng"])
 
 
+def test_accelerator_ablations_time_the_update_whole_and_without_each_piece():
+    """`accelerator update --ablations`: the bare update, then d4pg's update
+    whole and with each piece taken out, each timed (the quick recipe has
+    all the pieces, so every row is there)."""
+    r = _run("accelerator", "update", "--quick", "--ablations")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in r.stdout.splitlines()
+            if ln.startswith(("| bare", "| d4pg"))]
+    names = [(a, v) for a, v, _, _ in rows]
+    assert names == [("bare MLP update", ""), ("d4pg", "recipe"),
+                     ("d4pg", "critic layer norm off"), ("d4pg", "observation normalisation off"),
+                     ("d4pg", "replay gathers out"), ("d4pg", "all three off")], r.stdout
+    assert all(float(ms) > 0 for _, _, ms, _ in rows) and rows[0][3] == "1.0", rows
+
+
 def test_accelerator_sample_variants_times_every_form_of_replay_sample():
     r = _run("accelerator", "update", "--quick", "--sample-variants")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -9,6 +9,7 @@ runs of the accelerator benchmark.
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -36,6 +37,11 @@ update: on the default JAX device, each piece of an off-policy update timed
   * add         replay.add of one step of 256 envs (once per iteration, not per update);
   * proj        the categorical projection (101 atoms) as scatter-adds and as a
                 dense triangle-kernel product (D4PG, TD4);
+  --ablations: instead, each agent's update (--algos, default d4pg) alone
+  from a full buffer at the first --batch-sizes, whole and with one piece
+  taken out at a time (critic layer norm, observation normalisation, the
+  replay gathers), beside the bare MLP update: what each piece costs inside
+  the compiled update;
   --kernels: instead, how many kernels each agent's update (--algos) compiles
   to on this device at its humanoid recipe (batch: the first --batch-sizes),
   by what they do; where each launch has a fixed cost, their count is the
@@ -109,6 +115,9 @@ def add_arguments(p) -> None:
     p.add_argument("--kernels", action="store_true",
                    help="update: only the kernel count of each agent's compiled update, by "
                         "what the kernels do")
+    p.add_argument("--ablations", action="store_true",
+                   help="update: only each agent's update (--algos, default d4pg) alone at "
+                        "the first --batch-sizes, whole and with one piece taken out at a time")
     p.add_argument("--sample-variants", action="store_true",
                    help="update: only the forms of replay.sample (replay.SAMPLERS), timed "
                         "in turn in one process, ms per call")
@@ -126,6 +135,15 @@ def run(args) -> int:
         sample_variants(args.task if not args.quick else "cartpole_balance",
                         [16] if args.quick else args.batch_sizes,
                         4 if args.quick else args.updates, max(args.repeats, 5), args.quick)
+        return 0
+    if args.part == "update" and args.ablations:
+        task = "cartpole_balance" if args.quick else args.task
+        B = 16 if args.quick else args.batch_sizes[0]
+        rows = [r for a in (args.algos or ["d4pg"])
+                for r in update_ablations(a, task, B, 4 if args.quick else args.updates,
+                                          args.repeats, args.quick)]
+        rows = [rows[0]] + [r for r in rows if r["algo"] != "bare MLP update"]
+        print(ablations_table(rows, B))
         return 0
     if args.part == "update" and args.kernels:
         algos = args.algos or (("td3",) if args.quick else OFF_POLICY)
@@ -176,12 +194,15 @@ def device_line() -> str:
     return f"{d.platform} {d.device_kind} ({jax.device_count()} device(s)), {os.cpu_count()} cores"
 
 
-def scan_timer(body: Callable, carry, n: int, repeats: int) -> float:
+def scan_timer(body: Callable, carry, n: int, repeats: int, donate: bool = False) -> float:
     """Median seconds of one `body` call, from `repeats` jitted scans of `n`
-    calls (compile and the first call excluded)."""
+    calls (compile and the first call excluded); `donate`: the carry's
+    buffers are reused from call to call, as a run's state is (else a carry
+    holding a replay buffer would be copied by every call)."""
     import jax
     import jax.numpy as jnp
-    f = jax.jit(lambda c: jax.lax.scan(lambda c, i: (body(c, i), None), c, jnp.arange(n))[0])
+    f = jax.jit(lambda c: jax.lax.scan(lambda c, i: (body(c, i), None), c, jnp.arange(n))[0],
+                donate_argnums=0 if donate else ())
     carry = jax.block_until_ready(f(carry))
     times = []
     for _ in range(repeats):
@@ -414,6 +435,80 @@ def update_kernels(algo: str, task: str, batch: int, quick: bool) -> Dict:
     shapes = jax.eval_shape(t.init, jax.random.PRNGKey(0))
     compiled = jax.jit(t.update, donate_argnums=0).lower(shapes, jnp.int32(0)).compile()
     return dict(algo=algo, batch=batch, **count_kernels(compiled.as_text()))
+
+
+ABLATIONS = (  # (name, config overrides, replay gathers replaced by one window)
+    ("recipe", {}, False),
+    ("critic layer norm off", dict(critic_layer_norm=False), False),
+    ("observation normalisation off", dict(normalize_obs=False), False),
+    ("replay gathers out", {}, True),
+    ("all three off", dict(critic_layer_norm=False, normalize_obs=False), True),
+)
+
+
+def update_ablations(algo: str, task: str, batch: int, n: int, repeats: int,
+                     quick: bool = False) -> List[Dict]:
+    """ms per call of one agent's update alone (from a full buffer, state
+    donated, at the precision runs use) at its humanoid recipe, and with one
+    piece taken out at a time (ABLATIONS; "replay gathers out": replay.sample
+    gathers one window and broadcasts it to the batch, so the networks see
+    the same shapes), beside the bare MLP update of the same batch: what
+    each piece costs inside the compiled update, where `update` times it
+    alone."""
+    import jax
+    import jax.numpy as jnp
+
+    from common import cli, envs, replay
+
+    from . import train
+    mod = train.load_algo(algo)
+    recipe = dict(hidden_sizes=(16, 16), buffer_size=4096, critic_layer_norm=True,
+                  normalize_obs=True) if quick else mod.AGENT.defaults_for("humanoid_walk")
+    recipe = {k: v for k, v in recipe.items() if k not in ("num_envs", "total_timesteps")}
+    fields = {f.name for f in dataclasses.fields(mod.Config)}
+    gather = replay.sample
+
+    def one_window(buf, key, batch_size, n_step, gamma):
+        b = gather(buf, key, 1, n_step, gamma)
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (batch_size,) + x.shape[1:]), b)
+
+    env = envs.make(task, "native")
+    with cli.matmul_precision():
+        step, carry = bare_update(env.observation_size, env.action_size, batch,
+                                  (16, 16) if quick else (256, 256))
+        rows = [dict(algo="bare MLP update", variant="", ms=1e3 * scan_timer(step, carry, n,
+                                                                               repeats))]
+        _, base = train.agent_config(algo, task, 4 if quick else RECIPE_ENVS, 10 ** 6,
+                                     **{**recipe, "batch_size": batch})
+        for name, overrides, gathers_out in ABLATIONS:
+            overrides = {k: v for k, v in overrides.items()
+                         if k in fields and getattr(base, k) != v}
+            if name != "recipe" and not overrides and not gathers_out:
+                continue  # the agent has no such piece, or its recipe leaves it off
+            config = dataclasses.replace(base, **overrides)
+            replay.sample = one_window if gathers_out else gather
+            try:
+                t = mod.make_train(config)
+                state = jax.jit(t.init)(jax.random.PRNGKey(0))
+                state = jax.jit(lambda s: s._replace(replay=replay.synthetic(
+                    s.replay, jax.random.PRNGKey(1), t.env.episode_length)))(state)
+                ms = 1e3 * scan_timer(lambda c, i, u=t.update: u(c, i)[0], state, n, repeats,
+                                      donate=True)
+            finally:
+                replay.sample = gather
+            rows.append(dict(algo=algo, variant=name, ms=ms))
+            print(f"  {algo} batch {batch}, {name}: {ms:.3f} ms/update", flush=True)
+    return rows
+
+
+def ablations_table(rows: List[Dict], batch: int) -> str:
+    bare = rows[0]["ms"]
+    lines = [f"One update alone on {device_line()}, batch {batch}, with pieces taken out "
+             "(ms per call, median):", "", "| update | taken out | ms | x bare |",
+             "|---|---|---:|---:|"]
+    lines += [f"| {r['algo']} | {r['variant']} | {r['ms']:.3f} | {r['ms'] / bare:.1f} |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 def kernels_table(rows: List[Dict]) -> str:
