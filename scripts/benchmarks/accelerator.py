@@ -139,10 +139,11 @@ def run(args) -> int:
     if args.part == "update" and args.ablations:
         task = "cartpole_balance" if args.quick else args.task
         B = 16 if args.quick else args.batch_sizes[0]
-        rows = [r for a in (args.algos or ["d4pg"])
-                for r in update_ablations(a, task, B, 4 if args.quick else args.updates,
-                                          args.repeats, args.quick)]
-        rows = [rows[0]] + [r for r in rows if r["algo"] != "bare MLP update"]
+        n = 4 if args.quick else args.updates
+        rows = [dict(algo="bare MLP update", variant="",
+                     ms=bare_ms(task, B, n, args.repeats, args.quick))]
+        rows += [r for a in (args.algos or ["d4pg"])
+                 for r in update_ablations(a, task, B, n, args.repeats, args.quick)]
         print(ablations_table(rows, B))
         return 0
     if args.part == "update" and args.kernels:
@@ -410,6 +411,19 @@ def count_kernels(compiled: str) -> Dict[str, int]:
     return dict(total=sum(kinds.values()), **kinds)
 
 
+def recipe_config(algo: str, task: str, batch: int, quick: bool, **quick_extra):
+    """(module, Config) of one agent at its humanoid recipe with batch `batch`
+    and RECIPE_ENVS envs, for timing or compiling its update alone; --quick:
+    tiny networks and buffer on 4 envs, plus `quick_extra`."""
+    from . import train
+    mod = train.load_algo(algo)
+    recipe = dict(hidden_sizes=(16, 16), buffer_size=4096, **quick_extra) if quick else \
+        mod.AGENT.defaults_for("humanoid_walk")
+    recipe = {k: v for k, v in recipe.items() if k not in ("num_envs", "total_timesteps")}
+    return train.agent_config(algo, task, 4 if quick else RECIPE_ENVS, 10 ** 6,
+                              **{**recipe, "batch_size": batch})
+
+
 def update_kernels(algo: str, task: str, batch: int, quick: bool) -> Dict:
     """count_kernels of one agent's update at its humanoid recipe, compiled
     for the default device with the state donated, as in a run; algo "bare":
@@ -417,7 +431,6 @@ def update_kernels(algo: str, task: str, batch: int, quick: bool) -> Dict:
     import jax
     import jax.numpy as jnp
 
-    from . import train
     if algo == "bare":
         from common import envs
         env = envs.make(task, "native")
@@ -425,12 +438,7 @@ def update_kernels(algo: str, task: str, batch: int, quick: bool) -> Dict:
                                   (16, 16) if quick else (256, 256))
         compiled = jax.jit(step, donate_argnums=0).lower(carry, jnp.int32(0)).compile()
         return dict(algo="bare MLP update", batch=batch, **count_kernels(compiled.as_text()))
-    mod = train.load_algo(algo)
-    recipe = dict(hidden_sizes=(16, 16), buffer_size=4096) if quick else \
-        mod.AGENT.defaults_for("humanoid_walk")
-    recipe = {k: v for k, v in recipe.items() if k not in ("num_envs", "total_timesteps")}
-    _, config = train.agent_config(algo, task, 4 if quick else RECIPE_ENVS, 10 ** 6,
-                                   **{**recipe, "batch_size": batch})
+    mod, config = recipe_config(algo, task, batch, quick)
     t = mod.make_train(config)
     shapes = jax.eval_shape(t.init, jax.random.PRNGKey(0))
     compiled = jax.jit(t.update, donate_argnums=0).lower(shapes, jnp.int32(0)).compile()
@@ -446,25 +454,31 @@ ABLATIONS = (  # (name, config overrides, replay gathers replaced by one window)
 )
 
 
+def bare_ms(task: str, batch: int, n: int, repeats: int, quick: bool = False) -> float:
+    """ms per call of bare_update at `task`'s shapes, at the precision runs use."""
+    from common import cli, envs
+    env = envs.make(task, "native")
+    with cli.matmul_precision():
+        step, carry = bare_update(env.observation_size, env.action_size, batch,
+                                  (16, 16) if quick else (256, 256))
+        return 1e3 * scan_timer(step, carry, n, repeats)
+
+
 def update_ablations(algo: str, task: str, batch: int, n: int, repeats: int,
                      quick: bool = False) -> List[Dict]:
     """ms per call of one agent's update alone (from a full buffer, state
     donated, at the precision runs use) at its humanoid recipe, and with one
     piece taken out at a time (ABLATIONS; "replay gathers out": replay.sample
     gathers one window and broadcasts it to the batch, so the networks see
-    the same shapes), beside the bare MLP update of the same batch: what
-    each piece costs inside the compiled update, where `update` times it
-    alone."""
+    the same shapes): what each piece costs inside the compiled update,
+    where `update` times it alone."""
     import jax
     import jax.numpy as jnp
 
-    from common import cli, envs, replay
-
-    from . import train
-    mod = train.load_algo(algo)
-    recipe = dict(hidden_sizes=(16, 16), buffer_size=4096, critic_layer_norm=True,
-                  normalize_obs=True) if quick else mod.AGENT.defaults_for("humanoid_walk")
-    recipe = {k: v for k, v in recipe.items() if k not in ("num_envs", "total_timesteps")}
+    from common import cli, replay
+    # --quick: the tiny recipe with every piece on, so every row runs
+    mod, base = recipe_config(algo, task, batch, quick, critic_layer_norm=True,
+                              normalize_obs=True)
     fields = {f.name for f in dataclasses.fields(mod.Config)}
     gather = replay.sample
 
@@ -472,32 +486,24 @@ def update_ablations(algo: str, task: str, batch: int, n: int, repeats: int,
         b = gather(buf, key, 1, n_step, gamma)
         return jax.tree.map(lambda x: jnp.broadcast_to(x, (batch_size,) + x.shape[1:]), b)
 
-    env = envs.make(task, "native")
-    with cli.matmul_precision():
-        step, carry = bare_update(env.observation_size, env.action_size, batch,
-                                  (16, 16) if quick else (256, 256))
-        rows = [dict(algo="bare MLP update", variant="", ms=1e3 * scan_timer(step, carry, n,
-                                                                               repeats))]
-        _, base = train.agent_config(algo, task, 4 if quick else RECIPE_ENVS, 10 ** 6,
-                                     **{**recipe, "batch_size": batch})
-        for name, overrides, gathers_out in ABLATIONS:
-            overrides = {k: v for k, v in overrides.items()
-                         if k in fields and getattr(base, k) != v}
-            if name != "recipe" and not overrides and not gathers_out:
-                continue  # the agent has no such piece, or its recipe leaves it off
-            config = dataclasses.replace(base, **overrides)
-            replay.sample = one_window if gathers_out else gather
-            try:
-                t = mod.make_train(config)
+    rows = []
+    for name, overrides, gathers_out in ABLATIONS:
+        overrides = {k: v for k, v in overrides.items() if k in fields and getattr(base, k) != v}
+        if name != "recipe" and not overrides and not gathers_out:
+            continue  # the agent has no such piece, or its recipe leaves it off
+        t = mod.make_train(dataclasses.replace(base, **overrides))
+        replay.sample = one_window if gathers_out else gather
+        try:
+            with cli.matmul_precision():
                 state = jax.jit(t.init)(jax.random.PRNGKey(0))
                 state = jax.jit(lambda s: s._replace(replay=replay.synthetic(
                     s.replay, jax.random.PRNGKey(1), t.env.episode_length)))(state)
-                ms = 1e3 * scan_timer(lambda c, i, u=t.update: u(c, i)[0], state, n, repeats,
+                ms = 1e3 * scan_timer(lambda c, i: t.update(c, i)[0], state, n, repeats,
                                       donate=True)
-            finally:
-                replay.sample = gather
-            rows.append(dict(algo=algo, variant=name, ms=ms))
-            print(f"  {algo} batch {batch}, {name}: {ms:.3f} ms/update", flush=True)
+        finally:
+            replay.sample = gather
+        rows.append(dict(algo=algo, variant=name, ms=ms))
+        print(f"  {algo} batch {batch}, {name}: {ms:.3f} ms/update", flush=True)
     return rows
 
 
