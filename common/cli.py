@@ -324,14 +324,15 @@ def starting_point(spec: agent.Agent, plan: Plan, train: agent.Train,
     """(run directory, states, first chunk to run): a new directory, no
     states and chunk 0; or, resuming, the checkpoint's directory, its states
     and the chunk after its own."""
+    from common import parallel
     config = plan.config
     if header is None:
         algo = spec.name + ("_sweep" if plan.axes else "")
-        run_dir = os.path.join(config.log_dir, run_name(config.env, algo, config.seed))
+        run_dir = os.path.join(config.log_dir, run_name(config.env, algo, config.seed,
+                                                        parallel.same_time()))
         if jax.process_count() > 1:
             run_dir += f"__process{jax.process_index()}"
         return run_dir, None, 0
-    from common import parallel
     local = parallel.local_members(plan.mesh, plan.num_members)
     template = jax.eval_shape(jax.vmap(train.init), plan.keys[local],
                               jax.tree.map(lambda x: np.asarray(x)[local], plan.hps))

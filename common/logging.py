@@ -40,8 +40,8 @@ def host_call(fn: Callable[..., None], *args) -> jnp.ndarray:
     return hostcall.call(host, jax.ShapeDtypeStruct((), jnp.int32), probe, *args)
 
 
-def run_name(env: str, algo: str, seed: int) -> str:
-    return f"{env}__{algo}__{seed}__{int(time.time())}"
+def run_name(env: str, algo: str, seed: int, stamp: Optional[int] = None) -> str:
+    return f"{env}__{algo}__{seed}__{int(time.time()) if stamp is None else stamp}"
 
 
 class RunLogger:

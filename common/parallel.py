@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import jax
@@ -122,6 +123,16 @@ def check_same(value: int, what: str, fix: str) -> None:
     if len(set(values)) > 1:
         each = ", ".join(f"process {k}: {v}" for k, v in enumerate(values))
         raise UserError(f"the processes differ in {what} ({each}); {fix}")
+
+
+def same_time() -> int:
+    """Process 0's clock in whole seconds, on every process: one run's
+    directories share one name even when the processes start seconds apart."""
+    now = int(time.time())
+    if jax.process_count() == 1:
+        return now
+    from jax.experimental import multihost_utils
+    return int(multihost_utils.broadcast_one_to_all(np.int64(now)))
 
 
 def fetch(tree: Any) -> Any:

@@ -39,8 +39,13 @@ def _two_processes(args, tmp_path):
     for k in range(2):  # output to files: a full pipe must not block one process
         out, err = open(logs / f"{port}_{k}.out", "w+"), open(logs / f"{port}_{k}.err", "w+")
         files.append((out, err))
+        # the second host's clock runs 5 s ahead (a later start, or skew): the
+        # run's name must not depend on which host's clock names it
+        skew = [] if k == 0 else ["-c", "import runpy, sys, time; t = time.time; "
+                                  "time.time = lambda: t() + 5; sys.argv = sys.argv[1:]; "
+                                  "runpy.run_path(sys.argv[0], run_name='__main__')"]
         procs.append(subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "algos", "td3.py"), *args, "--log-dir",
+            [sys.executable, *skew, os.path.join(ROOT, "algos", "td3.py"), *args, "--log-dir",
              str(tmp_path)], cwd=ROOT, text=True, env=dict(env, JAX_PROCESS_ID=str(k)),
             stdout=out, stderr=err))
     try:
@@ -69,6 +74,8 @@ def test_two_processes_on_loopback_train_checkpoint_and_resume(tmp_path):
         assert "2 member(s) on 2 device(s)" in out and "final eval return" in out, out
     dirs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
     assert [d.name.rsplit("__", 1)[1] for d in dirs] == ["process0", "process1"], dirs
+    # one run, one name: process 0's clock, even when the processes start seconds apart
+    assert len({d.name.rsplit("__", 1)[0] for d in dirs}) == 1, dirs
     for k, run_dir in enumerate(dirs):
         streams = sorted(p.name for p in run_dir.iterdir() if p.is_dir())
         assert streams == [f"seed_{k + 1}"], streams          # its own member's logs
