@@ -86,6 +86,11 @@ class Config:
     exploration_decay_steps: int = 0
     """env steps over which the exploration std moves linearly from --exploration-noise to
     --exploration-noise-final (0: --exploration-noise throughout)"""
+    lr_decay_steps: int = 0
+    """env steps over which both learning rates fall linearly to --lr-final-scale times their
+    value (0: constant)"""
+    lr_final_scale: float = 1.0
+    """the learning rates' multiplier after --lr-decay-steps"""
     policy_noise: float = 0.2
     """std of the target smoothing noise, in units of half the action range"""
     noise_clip: float = 0.5
@@ -136,7 +141,7 @@ RANGES = dict(
     critic_lr="(0, inf)", max_grad_norm="[0, inf) 0: off",
     # the final std is also at most the first when it decays (agent.check_off_policy)
     exploration_noise="[0, inf)", exploration_noise_final="[0, inf)",
-    policy_noise="[0, inf)", noise_clip="(0, inf)",
+    lr_final_scale="(0, 1]", policy_noise="[0, inf)", noise_clip="(0, inf)",
     obs_clip="(0, inf)")
 
 
@@ -296,6 +301,12 @@ def make_train(config: Config) -> agent.Train:
         state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
 
         def learn(state):
+            if config.lr_decay_steps > 0:  # both rates on the env-step clock of the noise
+                scale = agent.linear_schedule(1.0, config.lr_final_scale,
+                                              config.lr_decay_steps, i * E)
+                state = state._replace(
+                    actor_opt=agent.set_learning_rate(state.actor_opt, hp.actor_lr * scale),
+                    critic_opt=agent.set_learning_rate(state.critic_opt, hp.critic_lr * scale))
             u = (i // period) * n_updates + jnp.arange(n_updates)
             state, m = jax.lax.scan(update, state, u)
             return state, jax.tree.map(jnp.nanmean, m)

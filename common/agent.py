@@ -368,8 +368,27 @@ def noise_schedule(hp, decay_steps: int, env_steps) -> jnp.ndarray:
     then constant (decay_steps 0: hp.exploration_noise throughout)."""
     if decay_steps <= 0:
         return hp.exploration_noise
+    return linear_schedule(hp.exploration_noise, hp.exploration_noise_final, decay_steps,
+                           env_steps)
+
+
+def linear_schedule(start, end, decay_steps: int, env_steps) -> jnp.ndarray:
+    """`start` moving linearly to `end` over `decay_steps` env steps, then `end`."""
     frac = jnp.minimum(jnp.asarray(env_steps, jnp.float32) / decay_steps, 1.0)
-    return hp.exploration_noise + (hp.exploration_noise_final - hp.exploration_noise) * frac
+    return start + (end - start) * frac
+
+
+def set_learning_rate(opt_state, learning_rate):
+    """`opt_state` of `adam(...)` with its learning rate replaced: a schedule
+    applied from outside, without changing the state's structure."""
+    if hasattr(opt_state, "hyperparams"):  # optax's inject_hyperparams state (either form)
+        old = opt_state.hyperparams["learning_rate"]
+        return opt_state._replace(hyperparams={
+            **opt_state.hyperparams, "learning_rate": jnp.asarray(learning_rate, old.dtype)})
+    if not isinstance(opt_state, tuple):
+        return opt_state
+    parts = [set_learning_rate(s, learning_rate) for s in opt_state]
+    return type(opt_state)(*parts) if hasattr(opt_state, "_fields") else tuple(parts)
 
 
 class ActionBox(NamedTuple):
@@ -515,9 +534,11 @@ def check_off_policy(config) -> None:
     from common.networks import TORSOS
     check_choice(config, "critic_torso", TORSOS)
     check_positive(config, "simba_width", "simba_blocks")
+    for name in ("exploration_decay_steps", "lr_decay_steps"):
+        if getattr(config, name, 0) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: off), "
+                            f"got {getattr(config, name)}")
     decay = getattr(config, "exploration_decay_steps", 0)
-    if decay < 0:
-        raise UserError(f"--exploration-decay-steps must be >= 0 (0: off), got {decay}")
     # the exploration std decays: a final value above the first would be a rise
     if decay > 0 and config.exploration_noise_final > config.exploration_noise:
         raise UserError(f"--exploration-noise-final {config.exploration_noise_final} must be at "

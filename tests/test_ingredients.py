@@ -95,6 +95,8 @@ def compiled(algo):
     if algo in DETERMINISTIC:
         kw.update(exploration_noise=0.5, exploration_noise_final=0.0,
                   exploration_decay_steps=1000)
+    if algo == "td3":  # and learning rates falling to a quarter over the same 1000
+        kw.update(lr_decay_steps=1000, lr_final_scale=0.25)
     config = tiny(algo, **kw)
     train = mod.make_train(config)
     return (mod, config, train, jax.jit(train.init), jax.jit(train.update),
@@ -178,6 +180,30 @@ def test_exploration_noise_follows_its_schedule_in_training(algo):
 
     assert deviation(0) > 0.05
     assert deviation(2000) == 0.0
+
+
+def test_td3_learning_rates_follow_their_schedule_in_training():
+    """--lr-decay-steps 1000 --lr-final-scale 0.25: an update at the start takes
+    Adam's full first step, one after the decay a quarter of it (Adam's first
+    step is lr * g / (|g| + eps), so the largest change is the rate itself)."""
+    mod, config, train, init, _, iteration = compiled("td3")
+    key = jax.random.PRNGKey(0)
+    state = init(key)
+    state = state._replace(replay=jax.jit(replay.synthetic, static_argnums=2)(
+        state.replay, key, train.env.episode_length))
+
+    def after(i):
+        new, _ = iteration(state, i)
+        adam = new.critic_opt[-1]  # the clipping stage, then Adam with its hyperparameters
+        return float(adam.hyperparams["learning_rate"]), max_change(new.critic_params,
+                                                                    state.critic_params)
+
+    (lr0, step0), (lr_mid, _), (lr_end, step_end) = after(1), after(250), after(2000)
+    assert lr0 == pytest.approx(config.critic_lr * (1 - 0.75 * config.num_envs / 1000))
+    assert lr_mid == pytest.approx(config.critic_lr * (1 - 0.75 * 250 * config.num_envs / 1000))
+    assert lr_end == pytest.approx(config.critic_lr * 0.25)
+    assert step0 == pytest.approx(lr0, rel=0.05)
+    assert step_end == pytest.approx(config.critic_lr * 0.25, rel=0.05)
 
 
 # ----------------------------------------------------------------------------- n-step targets

@@ -93,7 +93,7 @@ def _int_fields(config_cls):
 
 
 ZERO_ALLOWED = {"eval_every", "checkpoint_every", "learning_starts",  # 0: "only at the end" / none
-                "exploration_decay_steps",  # 0: a constant exploration std
+                "exploration_decay_steps", "lr_decay_steps",  # 0: a constant std, rates
                 "policy_target_period"}  # MPO's 0: Polyak averaging
 
 
