@@ -40,8 +40,9 @@ def host_call(fn: Callable[..., None], *args) -> jnp.ndarray:
     return hostcall.call(host, jax.ShapeDtypeStruct((), jnp.int32), probe, *args)
 
 
-def run_name(env: str, algo: str, seed: int, stamp: Optional[int] = None) -> str:
-    return f"{env}__{algo}__{seed}__{int(time.time()) if stamp is None else stamp}"
+def run_name(env: str, algo: str, seed: int, stamp: int) -> str:
+    """A run's directory name; `stamp`: the start's unix time (parallel.same_time)."""
+    return f"{env}__{algo}__{seed}__{stamp}"
 
 
 class RunLogger:

@@ -198,9 +198,10 @@ def test_td3_learning_rates_follow_their_schedule_in_training():
         return float(adam.hyperparams["learning_rate"]), max_change(new.critic_params,
                                                                     state.critic_params)
 
-    (lr0, step0), (lr_mid, _), (lr_end, step_end) = after(1), after(250), after(2000)
-    assert lr0 == pytest.approx(config.critic_lr * (1 - 0.75 * config.num_envs / 1000))
-    assert lr_mid == pytest.approx(config.critic_lr * (1 - 0.75 * 250 * config.num_envs / 1000))
+    E = config.num_envs
+    (lr0, step0), (lr_mid, _), (lr_end, step_end) = after(1), after(500 // E), after(2000)
+    assert lr0 == pytest.approx(config.critic_lr * (1 - 0.75 * E / 1000))
+    assert lr_mid == pytest.approx(config.critic_lr * (1 - 0.75 * (500 // E) * E / 1000))
     assert lr_end == pytest.approx(config.critic_lr * 0.25)
     assert step0 == pytest.approx(lr0, rel=0.05)
     assert step_end == pytest.approx(config.critic_lr * 0.25, rel=0.05)
