@@ -251,6 +251,18 @@ def test_accelerator_table_reads_the_last_evaluation_within_each_mark(tmp_path):
     assert (tmp_path / "table.md").exists()
 
 
+def test_accelerator_run_command_shows_a_candidate_recipe_not_the_runner_flags():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from benchmarks import accelerator
+    cmd = accelerator.run_command("humanoid_run", "d4pg", 500_000, ["--num-envs", "1024"],
+                                  ["--hidden-sizes", "8"])
+    shown = accelerator.shown_command(cmd)
+    assert shown == "python algos/d4pg.py --env humanoid_run --num-envs 1024"
+    assert cmd[-2:] == ["--hidden-sizes", "8"] and "--eval-every" in cmd
+    assert accelerator.shown_command(accelerator.run_command("humanoid_walk", "td3", 1, [], [])) \
+        == "python algos/td3.py --env humanoid_walk"
+
+
 def test_accelerator_agent_rows_name_their_envs_batch_and_update_ratio():
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from benchmarks import accelerator

@@ -579,6 +579,21 @@ def stopped_output(cmd: List[str], seconds: float) -> str:
             return proc.communicate()[0]
 
 
+def run_command(task: str, algo: str, eval_every: int, flags: List[str],
+                tiny: List[str]) -> List[str]:
+    """The agent's command with --flags (a candidate recipe: part of the command
+    the table shows), then the runner's own flags (budget, evaluation, tiny nets:
+    not shown), from --total-timesteps on."""
+    return [sys.executable, os.path.join(ROOT, "algos", f"{algo}.py"), "--env", task, *flags,
+            "--total-timesteps", str(10 ** 9), "--eval-every", str(eval_every),
+            "--checkpoint-every", str(4 * eval_every), *tiny]
+
+
+def shown_command(cmd: List[str]) -> str:
+    end = cmd.index("--total-timesteps")
+    return " ".join(["python", os.path.relpath(cmd[1], ROOT), *cmd[2:end]])
+
+
 def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
               flags: List[str], quick: bool) -> Dict:
     """The agent's own command, stopped `minutes` after its process started
@@ -586,9 +601,7 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
     from . import standard
     log_dir = os.path.join(ROOT, "bench", "accelerator_runs", f"{task}__{algo}")
     tiny = QUICK_FLAGS if quick and algo != "ppo" else []
-    cmd = [sys.executable, os.path.join(ROOT, "algos", f"{algo}.py"), "--env", task,
-           "--total-timesteps", str(10 ** 9), "--eval-every", str(eval_every),
-           "--checkpoint-every", str(4 * eval_every), *tiny, *flags]
+    cmd = run_command(task, algo, eval_every, flags, tiny)
     t0 = time.time()
     text = stopped_output(cmd + ["--log-dir", log_dir], minutes * 60)
     wall = time.time() - t0
@@ -608,11 +621,9 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
                      mark_minutes)
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
-    i = cmd.index("--total-timesteps")
     result = dict(
-        task=task, algo=algo, minutes=minutes,
-        command=" ".join(["python", os.path.relpath(cmd[1], ROOT), *cmd[2:i]]),
-        runner_flags=" ".join(cmd[i:]), config=config,
+        task=task, algo=algo, minutes=minutes, command=shown_command(cmd),
+        runner_flags=" ".join(cmd[cmd.index("--total-timesteps"):]), config=config,
         eval_steps=[int(s) for s in ev.steps], eval_returns=[float(v) for v in ev.values],
         eval_seconds=seconds, marks=[v for v, _ in marks], mark_steps=[s for _, s in marks],
         mark_minutes=mark_minutes,
@@ -675,7 +686,8 @@ def seeds_table(r: Dict) -> str:
 
 def write_table(rows: List[Dict], out: str) -> str:
     lines = ["# The accelerator benchmark", "",
-             "Each agent's own command, no flag, started in a fresh process and stopped "
+             "Each agent's own command (no flag, unless the command shows a candidate recipe's), "
+             "started in a fresh process and stopped "
              "`--minutes` after it started (`stop`), compile included; the last evaluation "
              "return (10 held-out episodes) logged within 2.5, 5 and 10 minutes of the start, "
              "env steps in brackets (a run stopped before 10 minutes, as a device command "
