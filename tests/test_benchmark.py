@@ -263,6 +263,26 @@ def test_accelerator_run_command_shows_a_candidate_recipe_not_the_runner_flags()
         == "python algos/td3.py --env humanoid_walk"
 
 
+def test_accelerator_run_keeps_its_training_curves_thinned(tmp_path):
+    """A device run's event files stay on the device: its JSON keeps each
+    training metric (losses/, stats/, the training return) at <= 40 chunks."""
+    from tensorboardX import SummaryWriter
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from benchmarks import accelerator
+    w = SummaryWriter(str(tmp_path))
+    for k in range(100):
+        w.add_scalar("losses/approx_kl", k / 100, 1000 * k)
+        w.add_scalar("charts/sps", 5.0, 1000 * k)
+    w.add_scalar("eval/episode_return", 3.0, 99_000)
+    w.close()
+    curves = accelerator.training_curves(str(tmp_path), {"losses/approx_kl", "charts/sps",
+                                                         "eval/episode_return"})
+    assert list(curves) == ["losses/approx_kl"]
+    kl = curves["losses/approx_kl"]
+    assert len(kl["steps"]) == 40 and kl["steps"][0] == 0 and kl["steps"][-1] == 99_000
+    assert kl["values"] == pytest.approx([s / 100_000 for s in kl["steps"]])
+
+
 def test_accelerator_agent_rows_name_their_envs_batch_and_update_ratio():
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from benchmarks import accelerator

@@ -594,6 +594,24 @@ def shown_command(cmd: List[str]) -> str:
     return " ".join(["python", os.path.relpath(cmd[1], ROOT), *cmd[2:end]])
 
 
+TRAINING_TAGS = ("losses/", "stats/", "charts/episode_return")
+
+
+def training_curves(seed_dir: str, tags, points: int = 40) -> Dict[str, Dict[str, list]]:
+    """{tag: {steps, values}} of each training metric a seed logged (TRAINING_TAGS),
+    thinned to at most `points` chunks: a device run's event files stay on the
+    device, and these are what tell why a run did not learn."""
+    plot = tool("plot")
+    out = {}
+    for tag in sorted(t for t in tags if t.startswith(TRAINING_TAGS)):
+        series, _ = plot.read_seed(seed_dir, tag)
+        keep = sorted(set(np.linspace(0, len(series.steps) - 1, points).round().astype(int))) \
+            if len(series.steps) else []
+        out[tag] = dict(steps=[int(series.steps[k]) for k in keep],
+                        values=[float(series.values[k]) for k in keep])
+    return out
+
+
 def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
               flags: List[str], quick: bool) -> Dict:
     """The agent's own command, stopped `minutes` after its process started
@@ -608,7 +626,7 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
     run_dir = sorted(glob.glob(os.path.join(log_dir, "*")), key=os.path.getmtime)[-1]
     plot = tool("plot")
     seed = sorted(glob.glob(os.path.join(run_dir, "seed_*")))[0]
-    ev, _ = plot.read_seed(seed, "eval/episode_return")
+    ev, tags = plot.read_seed(seed, "eval/episode_return")
     sps, _ = plot.read_seed(seed, "charts/sps")
     first = min([t for t in list(sps.times) if t > 0] or [float("nan")])
     # the writers' clocks start when the run directory is made: shift them to process start
@@ -627,7 +645,7 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
         eval_steps=[int(s) for s in ev.steps], eval_returns=[float(v) for v in ev.values],
         eval_seconds=seconds, marks=[v for v, _ in marks], mark_steps=[s for _, s in marks],
         mark_minutes=mark_minutes,
-        first_log_s=float(first) + t_open, wall_s=wall,
+        first_log_s=float(first) + t_open, wall_s=wall, training=training_curves(seed, tags),
         sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values) else None,
         first_lines=[ln for ln in text.splitlines()
                      if ln.strip() and "\r" not in ln and "GLFW" not in ln
