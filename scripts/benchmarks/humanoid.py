@@ -275,7 +275,8 @@ def humanoid_mode(out: str = RESULTS, jobs: int = JOBS, quick: bool = False,
     if only:
         keep = [tuple(o.split(":")) for o in only]
         runs = [r for r in runs if (r[0], r[1]) in keep or (r[0], r[1], str(r[2])) in keep]
-    log_dir = log_dir or os.path.join(ROOT, "benchmark_runs", "humanoid" + ("_quick" if q else ""))
+    log_dir = log_dir or (os.path.join(out, "runs") if q  # as standard_mode's quick check
+                          else os.path.join(ROOT, "benchmark_runs", "humanoid"))
     os.makedirs(out, exist_ok=True)
     todo = [r for r in runs if not os.path.exists(result_path(out, *r))]
     cores = sorted(os.sched_getaffinity(0))

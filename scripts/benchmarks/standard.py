@@ -195,8 +195,10 @@ def standard_mode(out: str = RESULTS, jobs: int = 2, quick: bool = False,
     steps, eval_every = (q["steps"], q["eval_every"]) if q else (STEPS, EVAL_EVERY)
     rollout, calibration = ((q["ppo_rollout"], q["ppo_calibration"]) if q
                             else (PPO_ROLLOUT, PPO_CALIBRATION))
-    log_dir = log_dir or os.path.join(ROOT, "benchmark_runs",
-                                      "standard" + ("_quick" if quick else ""))
+    # a quick check's runs live beside its results: a fresh --out never resumes a
+    # checkpoint some older code left behind
+    log_dir = log_dir or (os.path.join(out, "runs") if quick
+                          else os.path.join(ROOT, "benchmark_runs", "standard"))
     os.makedirs(out, exist_ok=True)
     done = lambda t, a: os.path.exists(result_path(out, t, a))
     extra = lambda a: (q["extra"].get(a, []) if q else [])
