@@ -614,8 +614,8 @@ def training_curves(seed_dir: str, tags, points: int = 40) -> Dict[str, Dict[str
 
 def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
               flags: List[str], quick: bool) -> Dict:
-    """The agent's own command, stopped `minutes` after its process started
-    (SIGINT: the run closes its logs and keeps its last checkpoint)."""
+    """The agent's command (with --flags, if given), stopped `minutes` after its
+    process started (SIGINT: the run closes its logs and keeps its last checkpoint)."""
     from . import standard
     log_dir = os.path.join(ROOT, "bench", "accelerator_runs", f"{task}__{algo}")
     tiny = QUICK_FLAGS if quick and algo != "ppo" else []
