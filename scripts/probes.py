@@ -18,6 +18,7 @@ with tests or compiles records that in its `note`. Its env-step columns are
 load-independent.
 """
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -125,22 +126,32 @@ def table(out: Optional[str] = None) -> str:
     return text
 
 
+def probe_algo(row: Dict) -> str:
+    """The agent a probe ran (from its command; else its name's first word)."""
+    m = re.search(r"algos/(\w+)\.py|--algo (\w+)", row.get("command", ""))
+    return (m.group(1) or m.group(2)) if m else row["name"].split("_")[0]
+
+
 def figure(rows: List[Dict], path: str) -> str:
-    """Eval return against the probe's own minutes (left) and env steps (right)."""
+    """Eval return against env steps, one panel per agent (one panel of every
+    probe has too many lines to read); minutes are in the table."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    for r in rows:
-        line, = axes[0].plot(np.asarray(r["seconds"]) / 60, r["returns"], lw=1.3,
-                             label=r["name"])
-        axes[1].plot(np.asarray(r["steps"]) / 1e6, r["returns"], lw=1.3, color=line.get_color())
-    axes[0].set(title="humanoid_walk probes: eval return vs minutes on one core",
-                xlabel="minutes (compile included)", ylabel="eval return (10 episodes)")
-    axes[1].set(title="vs env steps", xlabel="env steps (millions)", ylabel="eval return")
-    for ax in axes:
+    algos = sorted({probe_algo(r) for r in rows})
+    cols = min(4, len(algos))
+    nrows = -(-len(algos) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.6 * nrows), squeeze=False)
+    for ax, algo in zip(axes.flat, algos):
+        for r in rows:
+            if probe_algo(r) == algo:
+                ax.plot(np.asarray(r["steps"]) / 1e6, r["returns"], lw=1.2, label=r["name"])
+        ax.set(title=f"{algo} probes, humanoid_walk", xlabel="env steps (millions)",
+               ylabel="eval return (10 episodes)")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(algos):]:
+        ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)

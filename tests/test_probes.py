@@ -50,3 +50,11 @@ def test_probe_table_reads_minutes_on_one_core_and_env_steps_anywhere(tmp_path, 
     assert tpu[3] == "1,500,000 (20 min on the tpu)" and tpu[4:9] == [""] * 5
     assert tpu[9:12] == ["200", "450", "450"]   # the mean over its two seeds
     assert "2 seeds in one process" in tpu[12] and "400, 500" in tpu[12]
+    assert (tmp_path / "probes.png").stat().st_size > 0
+
+
+def test_the_figure_has_one_panel_per_agent():
+    rows = [dict(name="x_one", command="python algos/td3.py --env humanoid_walk"),
+            dict(name="y_two", command="python scripts/sweep.py --algo mpo --sweep a=1,2"),
+            dict(name="d4pg_three", command="")]
+    assert [probes.probe_algo(r) for r in rows] == ["td3", "mpo", "d4pg"]
