@@ -138,14 +138,16 @@ def figure(rows: List[Dict], path: str) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    algos = sorted({probe_algo(r) for r in rows})
+    groups: Dict[str, List[Dict]] = {}
+    for r in rows:
+        groups.setdefault(probe_algo(r), []).append(r)
+    algos = sorted(groups)
     cols = min(4, len(algos))
     nrows = -(-len(algos) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.6 * nrows), squeeze=False)
     for ax, algo in zip(axes.flat, algos):
-        for r in rows:
-            if probe_algo(r) == algo:
-                ax.plot(np.asarray(r["steps"]) / 1e6, r["returns"], lw=1.2, label=r["name"])
+        for r in groups[algo]:
+            ax.plot(np.asarray(r["steps"]) / 1e6, r["returns"], lw=1.2, label=r["name"])
         ax.set(title=f"{algo} probes, humanoid_walk", xlabel="env steps (millions)",
                ylabel="eval return (10 episodes)")
         ax.grid(alpha=0.3)

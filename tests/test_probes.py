@@ -53,7 +53,7 @@ def test_probe_table_reads_minutes_on_one_core_and_env_steps_anywhere(tmp_path, 
     assert (tmp_path / "probes.png").stat().st_size > 0
 
 
-def test_the_figure_has_one_panel_per_agent():
+def test_probe_algo_reads_the_agent_from_the_command_or_the_name():
     rows = [dict(name="x_one", command="python algos/td3.py --env humanoid_walk"),
             dict(name="y_two", command="python scripts/sweep.py --algo mpo --sweep a=1,2"),
             dict(name="d4pg_three", command="")]
