@@ -77,6 +77,9 @@ class Config:
     """transitions per update"""
     updates_per_step: float = 1.0
     """gradient updates per env step; fractions allowed (0.125: one per 8 steps)"""
+    overlap_physics: bool = False
+    """native backend: the device runs the due updates while the host steps the envs, from
+    replay one env step behind (faster where learning runs on an accelerator)"""
     gamma: float = 0.99
     """discount factor"""
     tau: float = 0.005
@@ -130,6 +133,10 @@ TASK_DEFAULTS = {"humanoid": dict(
     checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
     exploration_noise=0.2)}
 
+
+# On an accelerator these replace TASK_DEFAULTS' values (flags still win): the chip
+# updates while the host steps the envs (docs/accelerator.md).
+ACCELERATOR_DEFAULTS = {"humanoid": dict(overlap_physics=True)}
 
 # The valid values of the float fields (agent.check_ranges; every float must also be
 # finite), checked before anything compiles: on the command line, in AGENT.config_for (so
@@ -205,6 +212,7 @@ class TrainState(NamedTuple):
     hp: HParams
     key: jax.Array
     eval_key: jax.Array
+    pending: Optional[replay.Transition] = None  # --overlap-physics: replay takes it next
 
 
 # ----------------------------------------------------------------------------- Algorithm
@@ -260,7 +268,9 @@ def make_train(config: Config) -> agent.Train:
             actor_opt=actor_tx(hp).init(actor_params), critic_opt=critic_tx(hp).init(critic_params),
             env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
             pool=pool, replay=replay.init(*buffer),
-            obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval)
+            obs_stats=normalize.init(env.observation_size), hp=hp, key=key, eval_key=k_eval,
+            pending=replay.no_transition(E, env.observation_size, A) if config.overlap_physics
+            else None)
 
     def iteration(state: TrainState, i):
         """Every env takes one step; then the due gradient updates."""
@@ -277,11 +287,7 @@ def make_train(config: Config) -> agent.Train:
         warmup = i * E < config.learning_starts
         action = jnp.where(warmup, random, explore)
 
-        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
-        buf = replay.add(state.replay, env_state.obs, action, next_state.reward,
-                         next_state.terminated, next_state.truncated, next_state.info["final_obs"],
-                         ~next_state.info["invalid"])
-        state = state._replace(env_state=next_state, replay=buf, obs_stats=obs_stats, key=key)
+        state = state._replace(obs_stats=obs_stats, key=key)
 
         def learn(state):
             u = (i // period) * n_updates + jnp.arange(n_updates)
@@ -289,7 +295,8 @@ def make_train(config: Config) -> agent.Train:
             return state, jax.tree.map(jnp.nanmean, m)
 
         due = ~warmup & (i % period == period - 1) & replay.ready(i, config.n_step)
-        state, metrics = jax.lax.cond(due, learn, agent.skipped(learn), state)
+        state, metrics, next_state = agent.step_and_learn(env, state, action, learn, due,
+                                                          config.overlap_physics)
         return state, {**metrics, **agent.episode_metrics(next_state)}
 
     def update(state: TrainState, u):
@@ -368,7 +375,8 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="d4pg", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES,
+                    accelerator_defaults=ACCELERATOR_DEFAULTS)
 
 
 @exit_on_user_error

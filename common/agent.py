@@ -443,6 +443,31 @@ def skipped(step: Callable) -> Callable:
     return skip
 
 
+def step_and_learn(env, state, action, learn: Callable, due, overlap: bool):
+    """Every env steps once with `action`, replay takes the transitions and
+    the due updates run (`lax.cond(due, learn, ...)` on the train state);
+    returns (state, update metrics, the envs' new states), the state holding
+    them. `state` has env_state, pool, replay and pending fields.
+
+    overlap False: the step, replay takes it, then the updates. overlap True:
+    replay takes the previous step's transitions (`state.pending`), then the
+    updates run on the device while the host steps the envs (env.step_while)
+    and this step's transitions wait in `pending`: the updates see replay one
+    env step behind, and an accelerator need not wait for the host's physics."""
+    from common import replay
+    env_state = state.env_state
+    updates = lambda state: jax.lax.cond(due, learn, skipped(learn), state)
+    if not overlap:
+        next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
+        buf = replay.add(state.replay, *replay.transition(env_state.obs, action, next_state))
+        state, metrics = updates(state._replace(env_state=next_state, replay=buf))
+        return state, metrics, next_state
+    state = state._replace(replay=replay.add(state.replay, *state.pending))
+    next_state, (state, metrics) = env.step_while(env_state, action, state.pool, updates, state)
+    pending = replay.transition(env_state.obs, action, next_state)
+    return state._replace(env_state=next_state, pending=pending), metrics, next_state
+
+
 def orthogonal(scale: float) -> Callable:
     """Orthogonal initialisation (Saxe et al. 2014), the same distribution as
     nn.initializers.orthogonal, by Gram-Schmidt in plain jax.numpy: LAPACK's

@@ -89,6 +89,33 @@ def nbytes(rows: int, num_envs: int, obs_size: int, action_size: int, num_final:
     return rows * per_row + num_final * num_envs * (4 * obs_size + 4)
 
 
+class Transition(NamedTuple):
+    """One env step of every env, as `add` takes it (leading dim E)."""
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    reward: jnp.ndarray
+    terminated: jnp.ndarray
+    truncated: jnp.ndarray
+    final_obs: jnp.ndarray
+    valid: jnp.ndarray
+
+
+def transition(obs, action, next_state) -> Transition:
+    """The step from `obs` with `action` to the env states `next_state`."""
+    return Transition(obs, action, next_state.reward, next_state.terminated,
+                      next_state.truncated, next_state.info["final_obs"],
+                      ~next_state.info["invalid"])
+
+
+def no_transition(num_envs: int, obs_size: int, action_size: int) -> Transition:
+    """The step before the first one, invalid in every env: `add` stores it,
+    nothing learns from it."""
+    E = num_envs
+    return Transition(jnp.zeros((E, obs_size)), jnp.zeros((E, action_size)), jnp.zeros(E),
+                      jnp.zeros(E, bool), jnp.zeros(E, bool), jnp.zeros((E, obs_size)),
+                      jnp.zeros(E, bool))
+
+
 def add(buf: Replay, obs, action, reward, terminated, truncated, final_obs, valid) -> Replay:
     """Write one step of every env (arrays with leading dim E) at row `pos`;
     `valid` is False where the step's physics diverged (env info["invalid"])."""

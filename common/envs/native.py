@@ -22,6 +22,8 @@ pairs (x64 stays off): rounding it to float32 between steps would drift.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import itertools
 import os
 import threading
 from typing import Dict, Sequence, Tuple
@@ -170,6 +172,10 @@ class NativePhysics:
             self.field_offsets[f] = k
             k += self.field_sizes[f]
         self.warning_ids = np.asarray([int(w) for w in BAD_WARNINGS])
+        # steps started by host_start and not yet taken by host_finish, by ticket
+        self._jobs: Dict[int, concurrent.futures.Future] = {}
+        self._tickets = itertools.count()
+        self._worker = None
 
     # -- host side ---------------------------------------------------------
     def threads(self, n: int) -> int:
@@ -256,6 +262,24 @@ class NativePhysics:
         return (out_bits.reshape(*lead, 2 * self.nstate), fields.reshape(*lead, self.nfield),
                 bad.reshape(lead))
 
+    def host_start(self, bits: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """host_step on a worker thread; returns at once with the step's
+        ticket (int32, shaped like the batch) for host_finish."""
+        args = np.array(bits), np.array(action)  # copies: the buffers outlive no call
+        with self._lock:
+            if self._worker is None:
+                self._worker = concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="native-physics")
+            ticket = next(self._tickets) % 2 ** 31
+            self._jobs[ticket] = self._worker.submit(self.host_step, *args)
+        return np.full(bits.shape[:-1], ticket, np.int32)
+
+    def host_finish(self, ticket: np.ndarray):
+        """host_step's results of the step host_start gave `ticket`, once done."""
+        with self._lock:
+            job = self._jobs.pop(int(np.asarray(ticket).reshape(-1)[0]))
+        return job.result()
+
     def host_forward(self, bits: np.ndarray):
         """Fields of given states after dm_control's reset-time mj_forward."""
         lead = bits.shape[:-1]
@@ -275,6 +299,21 @@ class NativePhysics:
                   jax.ShapeDtypeStruct((*lead, self.nfield), jnp.float32),
                   jax.ShapeDtypeStruct(lead, jnp.bool_))
         return hostcall.call(self.host_step, shapes, bits, action.astype(jnp.float32))
+
+    def step_start(self, bits: jnp.ndarray, action: jnp.ndarray) -> jnp.ndarray:
+        """`step` in two calls: this one hands the batch to a host thread and
+        returns its ticket; step_finish(ticket) waits for the results. What
+        the device computes between the two (made to depend on the ticket, and
+        step_finish's input on it) runs while the host steps the physics."""
+        shape = jax.ShapeDtypeStruct(bits.shape[:-1], jnp.int32)
+        return hostcall.call(self.host_start, shape, bits, action.astype(jnp.float32))
+
+    def step_finish(self, ticket: jnp.ndarray, bits_shape: Tuple[int, ...]):
+        lead = ticket.shape
+        shapes = (jax.ShapeDtypeStruct(bits_shape, jnp.uint32),
+                  jax.ShapeDtypeStruct((*lead, self.nfield), jnp.float32),
+                  jax.ShapeDtypeStruct(lead, jnp.bool_))
+        return hostcall.call(self.host_finish, shapes, ticket)
 
     def forward(self, bits: jnp.ndarray) -> jnp.ndarray:
         shape = jax.ShapeDtypeStruct((*bits.shape[:-1], self.nfield), jnp.float32)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import itertools
 import json
 import os
 import re
@@ -97,6 +98,10 @@ def add_arguments(p) -> None:
                    help="update: envs of the per-agent loop rows")
     p.add_argument("--loop-ups", nargs="+", type=float, default=[RECIPE_UPS],
                    help="update: updates per env step of the per-agent loop rows")
+    p.add_argument("--loop-overlap", nargs="+", choices=("recipe", "off", "on"),
+                   default=["recipe"],
+                   help="update: --overlap-physics of the per-agent loop rows (recipe: as the "
+                        "agent's recipe has it where this runs)")
     p.add_argument("--loop-iters", type=int, default=16,
                    help="iterations per timed call of the per-agent loop rows (0: skip them)")
     p.add_argument("--minutes", type=float, default=10.0, help="runs: wall-clock per run")
@@ -370,12 +375,14 @@ def agent_rows(algos, args, iters: int) -> List[Dict]:
             recipe = dict(hidden_sizes=(16, 16), buffer_size=4096)
         grid = [(16, 16, 0.25)] if args.quick else [
             (n, B, u) for n in args.loop_envs for B in args.batch_sizes for u in args.loop_ups]
-        for n, B, ups in grid:
+        for (n, B, ups), ov in itertools.product(grid, args.loop_overlap):
             task = "cartpole_balance" if args.quick else args.task
+            overlap = recipe.get("overlap_physics", False) if ov == "recipe" else ov == "on"
             r = train.loop_efficiency(algo, task, n, ups, iters, args.repeats,
-                                      **{**recipe, "batch_size": B})
-            rows.append(dict(algo=algo, envs=n, batch=B, ups=ups, **r))
-            print(f"  {algo} {n} envs batch {B} 1/{round(1 / ups)}: update {r['ms_update']:.3f} "
+                                      **{**recipe, "batch_size": B, "overlap_physics": overlap})
+            rows.append(dict(algo=algo, envs=n, batch=B, ups=ups, overlap=overlap, **r))
+            print(f"  {algo} {n} envs batch {B} 1/{round(1 / ups)}"
+                  f"{' overlapped' if overlap else ''}: update {r['ms_update']:.3f} "
                   f"ms, acting {1e3 * r['ms_acting']:.1f} us/env step, loop "
                   f"{1e3 * r['ms_loop']:.1f} us/env step", flush=True)
     return rows
@@ -531,11 +538,12 @@ def kernels_table(rows: List[Dict]) -> str:
 def agents_table(rows: List[Dict]) -> str:
     lines = [f"Each agent at its humanoid recipe (envs, batch and updates per env step as "
              f"given), on {device_line()}:", "",
-             "| agent | envs | batch | updates per env step | ms/update | acting us/env step | "
-             "loop us/env step | env steps/s | update share |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| agent | envs | batch | updates per env step | overlapped | ms/update | "
+             "acting us/env step | loop us/env step | env steps/s | update share |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['algo']} | {r['envs']} | {r['batch']} | 1/{round(1 / r['ups'])} | "
+                     f"{'yes' if r.get('overlap') else 'no'} | "
                      f"{r['ms_update']:.3f} | {1e3 * r['ms_acting']:.1f} | "
                      f"{1e3 * r['ms_loop']:.1f} | {1e3 / r['ms_loop']:,.0f} | "
                      f"{r['efficiency']:.2f} |")

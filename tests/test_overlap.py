@@ -1,0 +1,135 @@
+"""--overlap-physics (the off-policy agents' accelerator recipe): the native
+step split around the device's work (`Env.step_while`), the agents'
+iteration in that order (agent.step_and_learn), and what it changes: replay
+takes each step one iteration later, nothing else."""
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from common import envs
+
+OFF_POLICY = ("ddpg", "td3", "d4pg", "td4", "sac", "mpo")
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return envs.make("cartpole_balance", "native", pool_size=16)
+
+
+def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeypatch):
+    """Nested vmap (seeds x envs): one start and one finish host call per
+    step, the same states as vmap(step), and fn's result."""
+    env, calls = cartpole, []
+    for name in ("host_start", "host_finish"):
+        orig = getattr(env.native, name)
+        monkeypatch.setattr(env.native, name, lambda *a, orig=orig, name=name: (
+            calls.append((name, a[0].shape)), orig(*a))[1])
+    seeds, n, steps = 2, 3, 5
+    keys = jax.random.split(jax.random.PRNGKey(0), seeds * n).reshape(seeds, n, 2)
+    acts = jax.random.uniform(jax.random.PRNGKey(1), (steps, seeds, n, env.action_size),
+                              minval=-1, maxval=1)
+    reset = jax.vmap(jax.vmap(env.reset))
+
+    @jax.jit
+    def plain(keys, acts):
+        step = jax.vmap(jax.vmap(env.step))
+        return jax.lax.scan(lambda s, a: (step(s, a), None), reset(keys), acts)[0]
+
+    @jax.jit
+    def split(keys, acts):
+        step = jax.vmap(lambda s, a, x: env.step_while(s, a, env.pool, lambda x: x + 1.0, x))
+        return jax.lax.scan(lambda c, a: (step(*c[:1], a, c[1]), None),
+                            (reset(keys), jnp.zeros(seeds)), acts)[0]
+
+    ref = plain(keys, acts)
+    out, counted = split(keys, acts)
+    for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(out)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(counted), np.full(seeds, steps))
+    assert [c[0] for c in calls] == ["host_start", "host_finish"] * steps, calls
+    assert all(shape[:2] == (seeds, n) for _, shape in calls), calls
+    assert not env.native._jobs  # every started step was taken
+
+
+def _host_calls(jaxpr, name):
+    return [e for e in jaxpr.eqns if e.primitive.name == "host_call"
+            and e.params["fn"].fn.__name__ == name]
+
+
+def _downstream(jaxpr, eqns):
+    """Every value computed, in the top-level jaxpr, from the outputs of `eqns`."""
+    after = {v for e in eqns for v in e.outvars}
+    for e in jaxpr.eqns:  # in order
+        if any(not hasattr(v, "val") and v in after for v in e.invars):
+            after.update(e.outvars)
+    return after
+
+
+def _size(eqn) -> int:
+    subs = [s if hasattr(s, "eqns") else s.jaxpr for p in eqn.params.values()
+            for s in (p if isinstance(p, (tuple, list)) else [p])
+            if hasattr(s, "eqns") or hasattr(s, "jaxpr")]
+    return 1 + sum(_size(e) for j in subs for e in j.eqns)
+
+
+def _traced_iteration(algo, **flags):
+    mod = importlib.import_module(f"algos.{algo}")
+    train = mod.make_train(mod.Config(env="cartpole_balance", backend="native", num_envs=2,
+                                      total_timesteps=40_000, eval_every=0, checkpoint_every=0,
+                                      **flags))
+    state = jax.eval_shape(train.init, jax.random.PRNGKey(0))
+    jaxpr = jax.make_jaxpr(train.iteration)(state, jnp.int32(5)).jaxpr
+    learn = max((e for e in jaxpr.eqns if e.primitive.name == "cond"), key=_size)
+    assert _size(learn) > 100
+    return jaxpr, learn
+
+
+def _uses(eqn, values) -> bool:
+    return any(not hasattr(v, "val") and v in values for v in eqn.invars)
+
+
+@pytest.mark.parametrize("algo", OFF_POLICY)
+def test_the_updates_run_while_the_host_steps(algo):
+    """Traced, not compiled. With --overlap-physics the updates (the learn
+    `cond`) come after the step's start (they take its ticket) and before its
+    finish (which takes their results), and nothing of the step reaches them;
+    without it, they learn from the step's results, as before."""
+    jaxpr, learn = _traced_iteration(algo, overlap_physics=True)
+    (start,), (finish,) = _host_calls(jaxpr, "host_start"), _host_calls(jaxpr, "host_finish")
+    assert _uses(learn, _downstream(jaxpr, [start]))
+    assert not _uses(learn, _downstream(jaxpr, [finish]))
+    assert _uses(finish, _downstream(jaxpr, [learn]))
+    jaxpr, learn = _traced_iteration(algo)
+    assert not _host_calls(jaxpr, "host_start")
+    assert _uses(learn, _downstream(jaxpr, _host_calls(jaxpr, "host_step")))
+
+
+def test_replay_takes_each_step_one_iteration_later_and_nothing_else_changes():
+    """D4PG during its warm-up (uniform actions, no update), 6 iterations with
+    and without --overlap-physics from the same key: the same env states; the
+    overlapped replay holds the invalid placeholder, then the other's rows,
+    and its pending transition is the other's last row."""
+    from algos import d4pg
+    k = 6
+    out = {}
+    for overlap in (False, True):
+        train = d4pg.make_train(d4pg.Config(
+            env="cartpole_balance", backend="native", num_envs=2, total_timesteps=40_000,
+            learning_starts=1000, buffer_size=64, batch_size=16, hidden_sizes=(8, 8), num_atoms=11,
+            eval_every=0, checkpoint_every=0, overlap_physics=overlap))
+        run = jax.jit(lambda s: jax.lax.scan(train.iteration, s, jnp.arange(k))[0])
+        out[overlap] = jax.device_get(run(train.init(jax.random.PRNGKey(3))))
+    off, on = out[False], out[True]
+    for a, b in zip(jax.tree.leaves(off.env_state), jax.tree.leaves(on.env_state)):
+        np.testing.assert_array_equal(a, b)
+    assert int(off.replay.size) == k and int(on.replay.size) == k
+    assert not on.replay.valid[0].any() and off.replay.valid[:k].all()
+    for field in ("obs", "action", "reward", "terminated", "truncated", "valid"):
+        np.testing.assert_array_equal(getattr(on.replay, field)[1:k],
+                                      getattr(off.replay, field)[:k - 1], err_msg=field)
+        np.testing.assert_array_equal(getattr(on.pending, field),
+                                      getattr(off.replay, field)[k - 1], err_msg=field)
+    assert off.pending is None
