@@ -241,6 +241,8 @@ def make_train(config: Config) -> agent.Train:
     #     iteration, L times   every env steps once (uniform random actions during the
     #                          warm-up), the transitions go to replay, then the due
     #       update             critic, actor, then both targets
+    #                          (--overlap-physics: the updates run while the host steps
+    #                          the envs, and replay takes the step at the next iteration)
     #     evaluate             at evaluation chunks and the last
     #     hooks.log            the chunk's metrics (means over its iterations)
     #     hooks.checkpoint     the state, at checkpoint chunks and the last

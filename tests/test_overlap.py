@@ -107,14 +107,17 @@ def test_the_updates_run_while_the_host_steps(algo):
     assert _uses(learn, _downstream(jaxpr, _host_calls(jaxpr, "host_step")))
 
 
-def test_replay_takes_each_step_one_iteration_later_and_nothing_else_changes():
+def test_replay_takes_each_step_one_iteration_later_and_nothing_else_changes(tmp_path):
     """D4PG during its warm-up (uniform actions, no update), 6 iterations with
     and without --overlap-physics from the same key: the same env states; the
     overlapped replay holds the invalid placeholder, then the other's rows,
-    and its pending transition is the other's last row."""
+    and its pending transition is the other's last row. A checkpoint of one
+    does not load as the other: one line that names the difference."""
     from algos import d4pg
+    from common import checkpoint
+    from common.errors import UserError
     k = 6
-    out = {}
+    out, init = {}, {}
     for overlap in (False, True):
         train = d4pg.make_train(d4pg.Config(
             env="cartpole_balance", backend="native", num_envs=2, total_timesteps=40_000,
@@ -122,6 +125,7 @@ def test_replay_takes_each_step_one_iteration_later_and_nothing_else_changes():
             eval_every=0, checkpoint_every=0, overlap_physics=overlap))
         run = jax.jit(lambda s: jax.lax.scan(train.iteration, s, jnp.arange(k))[0])
         out[overlap] = jax.device_get(run(train.init(jax.random.PRNGKey(3))))
+        init[overlap] = train.init
     off, on = out[False], out[True]
     for a, b in zip(jax.tree.leaves(off.env_state), jax.tree.leaves(on.env_state)):
         np.testing.assert_array_equal(a, b)
@@ -133,3 +137,7 @@ def test_replay_takes_each_step_one_iteration_later_and_nothing_else_changes():
         np.testing.assert_array_equal(getattr(on.pending, field),
                                       getattr(off.replay, field)[k - 1], err_msg=field)
     assert off.pending is None
+    path = str(tmp_path / "c.npz")
+    checkpoint.save(path, on, {"algo": "d4pg"})
+    with pytest.raises(UserError, match=r"does not match this configuration .*it has \.pending"):
+        checkpoint.load(path, jax.eval_shape(init[False], jax.random.PRNGKey(0)), {"algo": "d4pg"})
