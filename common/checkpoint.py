@@ -78,10 +78,10 @@ def load(path: str, template: Any, expect: Dict[str, Any]) -> Tuple[Any, Dict[st
     have = header.get("leaf_paths", [])
     if len(flat) != len(have):
         want = [jax.tree_util.keystr(p) for p, _ in flat]
-        first = next((f"it has {p}" for p in have if p not in set(want)),
-                     next((f"it lacks {p}" for p in want if p not in set(have)), ""))
+        first = next((f"; it has {p}" for p in have if p not in set(want)),
+                     next((f"; it lacks {p}" for p in want if p not in set(have)), ""))
         raise UserError(f"checkpoint {path!r} does not match this configuration "
-                        f"({len(have)} arrays, expected {len(flat)}{'; ' + first if first else ''})")
+                        f"({len(have)} arrays, expected {len(flat)}{first})")
     leaves = []
     try:
         with np.load(path) as z:
