@@ -134,10 +134,6 @@ TASK_DEFAULTS = {"humanoid": dict(
     exploration_noise=0.2)}
 
 
-# On an accelerator these replace TASK_DEFAULTS' values (flags still win): the chip
-# updates while the host steps the envs (docs/accelerator.md).
-ACCELERATOR_DEFAULTS = {"humanoid": dict(overlap_physics=True)}
-
 # The valid values of the float fields (agent.check_ranges; every float must also be
 # finite), checked before anything compiles: on the command line, in AGENT.config_for (so
 # TASK_DEFAULTS too) and for every swept value.
@@ -377,8 +373,7 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="d4pg", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS, ranges=RANGES,
-                    accelerator_defaults=ACCELERATOR_DEFAULTS)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
 
 
 @exit_on_user_error
