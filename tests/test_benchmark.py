@@ -231,6 +231,15 @@ def test_accelerator_sample_variants_times_every_form_of_replay_sample():
     assert "mlp" not in r.stdout   # the forms of sample alone
 
 
+def test_accelerator_split_probe_times_physics_work_and_both():
+    r = _run("accelerator", "update", "--quick", "--split-probe")
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("| 16 |"))
+    physics, work, in_order, split = (float(x) for x in row.strip("|").split("|")[1:])
+    assert min(physics, work, in_order, split) > 0, row
+    assert "mlp" not in r.stdout
+
+
 def test_accelerator_table_reads_the_last_evaluation_within_each_mark(tmp_path):
     """2.5, 5 and 10 minutes from the process's start; a run stopped at 9.2
     minutes shows its last evaluation (one logged after the stop, while the

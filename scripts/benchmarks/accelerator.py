@@ -47,6 +47,9 @@ update: on the default JAX device, each piece of an off-policy update timed
   to on this device at its humanoid recipe (batch: the first --batch-sizes),
   by what they do; where each launch has a fixed cost, their count is the
   update's fixed cost;
+  --split-probe: instead, whether the device computes while the host steps
+  the envs when the step is split around the device's work (--overlap-physics's
+  mechanism, Env.step_while), at each --loop-envs;
   then per agent (--algos), through the agent protocol at its humanoid recipe
   with --loop-envs envs (256) and --loop-ups updates per env step (1/16),
   each with every --batch-sizes (the candidates of an accelerator recipe;
@@ -123,6 +126,10 @@ def add_arguments(p) -> None:
     p.add_argument("--ablations", action="store_true",
                    help="update: only each agent's update (--algos, default d4pg) alone at "
                         "the first --batch-sizes, whole and with one piece taken out at a time")
+    p.add_argument("--split-probe", action="store_true",
+                   help="update: only whether the device computes while the host steps the "
+                        "envs (the step split around device work, as --overlap-physics does) "
+                        "at each --loop-envs, ms per iteration")
     p.add_argument("--sample-variants", action="store_true",
                    help="update: only the forms of replay.sample (replay.SAMPLERS), timed "
                         "in turn in one process, ms per call")
@@ -136,6 +143,10 @@ def run(args) -> int:
         raise UserError("--batch-sizes, --updates, --repeats, --minutes, --loop-envs, "
                         "--seed-counts and --seed-minutes must be positive, --loop-ups in (0, 1]")
     out = args.out or (os.path.join(ROOT, "bench", "accelerator") if args.quick else RESULTS)
+    if args.part == "update" and args.split_probe:
+        split_probe("cartpole_balance" if args.quick else args.task,
+                    [16] if args.quick else args.loop_envs, max(args.repeats, 5))
+        return 0
     if args.part == "update" and args.sample_variants:
         sample_variants(args.task if not args.quick else "cartpole_balance",
                         [16] if args.quick else args.batch_sizes,
@@ -305,6 +316,52 @@ def update_parts(task: str, batch_sizes: List[int], n: int, repeats: int,
     for row in out:
         row["add"] = add_s
     return out
+
+
+def split_probe(task: str, env_counts: List[int], repeats: int, iters: int = 32) -> None:
+    """Prints, per envs count, ms per iteration (median of `repeats` scans of
+    `iters`) of: physics (one native step of the batch, zero actions), work
+    (a chain of [256, 256] matmuls on the device, sized to take about as long
+    as the physics), both in order (the work takes the step's results) and
+    both split as --overlap-physics runs them (Env.step_while: the work
+    between the step's start and finish). Split near max(physics, work), not
+    their sum, means the device computes while the host steps."""
+    import jax
+    import jax.numpy as jnp
+    from common import envs
+    env = envs.make(task, "native")
+    W = jax.random.normal(jax.random.PRNGKey(1), (256, 256)) / 16
+
+    def work(x, k):
+        return jax.lax.fori_loop(0, k, lambda _, x: jnp.tanh(jnp.dot(x, W)), x)
+
+    def timed(body, carry):
+        f = jax.jit(lambda c: jax.lax.scan(lambda c, _: (body(c), None), c, None, iters)[0])
+        jax.block_until_ready(f(carry))
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(carry))
+            ts.append((time.perf_counter() - t0) / iters * 1e3)
+        return float(np.median(ts))
+
+    print(f"The env step split around device work ({task}, {device_line()}), ms per "
+          f"iteration:\n\n| envs | physics | work | in order | split |\n|---:|---:|---:|---:|---:|",
+          flush=True)
+    x0 = jax.random.normal(jax.random.PRNGKey(2), (256, 256))
+    for E in env_counts:
+        state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), E))
+        act = jnp.zeros((E, env.action_size))
+        step = jax.vmap(env.step, in_axes=(0, 0, None))
+        physics = timed(lambda c: (step(c[0], act, env.pool), c[1]), (state, x0))
+        per_k = timed(lambda c: (c[0], work(c[1], 64)), (state, x0)) / 64
+        k = max(1, round(physics / per_k))
+        ms = dict(physics=physics, work=timed(lambda c: (c[0], work(c[1], k)), (state, x0)))
+        ms["in order"] = timed(lambda c: (lambda s: (s, work(c[1] + 0 * s.obs[0, 0], k)))(
+            step(c[0], act, env.pool)), (state, x0))
+        ms["split"] = timed(lambda c: env.step_while(c[0], act, env.pool,
+                                                     lambda x: work(x, k), c[1]), (state, x0))
+        print(f"| {E} | " + " | ".join(f"{v:.3f}" for v in ms.values()) + " |", flush=True)
 
 
 def sample_variants(task: str, batch_sizes: List[int], n: int, repeats: int,
