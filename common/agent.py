@@ -447,7 +447,9 @@ def step_and_learn(env, state, action, learn: Callable, due, overlap: bool):
     """Every env steps once with `action`, replay takes the transitions and
     the due updates run (`lax.cond(due, learn, ...)` on the train state);
     returns (state, update metrics, the envs' new states), the state holding
-    them. `state` has env_state, pool, replay and pending fields.
+    them. `state` has env_state, pool, replay and pending fields. `due`
+    None: learn at every iteration, without the `cond` (benchmark.py
+    profile's variant).
 
     overlap False: the step, replay takes it, then the updates. overlap True:
     replay takes the previous step's transitions (`state.pending`), then the
@@ -456,7 +458,8 @@ def step_and_learn(env, state, action, learn: Callable, due, overlap: bool):
     env step behind, and an accelerator need not wait for the host's physics."""
     from common import replay
     env_state = state.env_state
-    updates = lambda state: jax.lax.cond(due, learn, skipped(learn), state)
+    updates = learn if due is None else (
+        lambda state: jax.lax.cond(due, learn, skipped(learn), state))
     if not overlap:
         next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, action, state.pool)
         buf = replay.add(state.replay, *replay.transition(env_state.obs, action, next_state))

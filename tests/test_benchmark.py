@@ -298,7 +298,10 @@ def test_accelerator_agent_rows_name_their_envs_batch_and_update_ratio():
     row = dict(algo="d4pg", envs=1024, batch=2048, ups=1 / 64, ms_update=0.5, ms_acting=0.02,
                ms_loop=0.025, efficiency=0.3)
     cells = [c.strip() for c in accelerator.agents_table([row]).splitlines()[-1].split("|")[1:-1]]
-    assert cells == ["d4pg", "1024", "2048", "1/64", "0.500", "20.0", "25.0", "40,000", "0.30"]
+    assert cells == ["d4pg", "1024", "2048", "1/64", "no", "0.500", "20.0", "25.0", "40,000",
+                     "0.30"]
+    cells = accelerator.agents_table([dict(row, overlap=True)]).splitlines()[-1].split("|")
+    assert cells[5].strip() == "yes"
     from common.errors import UserError
     with pytest.raises(UserError, match="loop-ups"):  # above one update per env step
         accelerator.run(accelerator_args("update", "--loop-ups", "2"))

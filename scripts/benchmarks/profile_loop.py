@@ -33,12 +33,12 @@ from .util import ROOT
 HELP = "where an off-policy agent's loop spends time beyond its update (HLO, timings)"
 DOC = __doc__
 OFF_POLICY = ("ddpg", "td3", "d4pg", "td4", "sac", "mpo")
-COND = "state, metrics = jax.lax.cond(due, learn, agent.skipped(learn), state)"
+COND = "agent.step_and_learn(env, state, action, learn, due,"
 METRICS = "return state, {**metrics, **agent.episode_metrics(next_state)}"
 
 
 def variants(src: str):
-    no_cond = src.replace(COND, "state, metrics = learn(state)")
+    no_cond = src.replace(COND, COND.replace("due,", "None,"))
     return {"as written": src, "no cond": no_cond,
             "no metrics": src.replace(METRICS, "return state, {}"),
             "no cond, no metrics": no_cond.replace(METRICS, "return state, {}")}
