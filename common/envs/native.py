@@ -19,6 +19,10 @@ substep, as in MuJoCo.
 
 The physics state lives in JAX as the float64 state row viewed as uint32
 pairs (x64 stays off): rounding it to float32 between steps would drift.
+
+`step_start` and `step_finish` split a step in two host calls, the physics
+running on a worker thread between them, so that the device can compute
+meanwhile (`Env.step_while`, the agents' --overlap-physics).
 """
 from __future__ import annotations
 
