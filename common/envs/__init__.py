@@ -312,8 +312,7 @@ class Env:
         ticket, arg = jax.lax.optimization_barrier((ticket, arg))  # fn once the step started
         out = fn(arg)
         ticket, out = jax.lax.optimization_barrier((ticket, out))  # its end waits for fn
-        shape = state.physics.shape[1:]
-        physics, raw, bad = jax.vmap(lambda t: self.native.step_finish(t, shape))(ticket)
+        physics, raw, bad = jax.vmap(self.native.step_finish)(ticket)
         return jax.vmap(self._stepped, in_axes=(0, 0, 0, 0, 0, None))(
             state, action, physics, raw, bad, pool), out
 

@@ -312,9 +312,9 @@ class NativePhysics:
         shape = jax.ShapeDtypeStruct(bits.shape[:-1], jnp.int32)
         return hostcall.call(self.host_start, shape, bits, action.astype(jnp.float32))
 
-    def step_finish(self, ticket: jnp.ndarray, bits_shape: Tuple[int, ...]):
+    def step_finish(self, ticket: jnp.ndarray):
         lead = ticket.shape
-        shapes = (jax.ShapeDtypeStruct(bits_shape, jnp.uint32),
+        shapes = (jax.ShapeDtypeStruct((*lead, 2 * self.nstate), jnp.uint32),
                   jax.ShapeDtypeStruct((*lead, self.nfield), jnp.float32),
                   jax.ShapeDtypeStruct(lead, jnp.bool_))
         return hostcall.call(self.host_finish, shapes, ticket)

@@ -357,8 +357,10 @@ def split_probe(task: str, env_counts: List[int], repeats: int, iters: int = 32)
         per_k = timed(lambda c: (c[0], work(c[1], 64)), (state, x0)) / 64
         k = max(1, round(physics / per_k))
         ms = dict(physics=physics, work=timed(lambda c: (c[0], work(c[1], k)), (state, x0)))
-        ms["in order"] = timed(lambda c: (lambda s: (s, work(c[1] + 0 * s.obs[0, 0], k)))(
-            step(c[0], act, env.pool)), (state, x0))
+        def in_order(c):  # the work takes the step's results, so it waits for them
+            s = step(c[0], act, env.pool)
+            return s, work(c[1] + 0 * s.obs[0, 0], k)
+        ms["in order"] = timed(in_order, (state, x0))
         ms["split"] = timed(lambda c: env.step_while(c[0], act, env.pool,
                                                      lambda x: work(x, k), c[1]), (state, x0))
         print(f"| {E} | " + " | ".join(f"{v:.3f}" for v in ms.values()) + " |", flush=True)
