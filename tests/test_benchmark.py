@@ -16,20 +16,19 @@ def _run(*args, timeout=240):
                           timeout=timeout, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"))
 
 
-def test_envs_quick_prints_a_table():
-    r = _run("envs", "--quick")
-    assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stdout.splitlines()
+def _check_envs_quick_table(stdout: str) -> None:
+    """`envs --quick`'s output (full --quick's first part): one measured row."""
+    lines = stdout.splitlines()
     head = [i for i, ln in enumerate(lines) if "raw rollout" in ln and "native/raw" in ln]
-    assert head, r.stdout
+    assert head, stdout
     rows = [ln for ln in lines[head[-1] + 2:] if ln.startswith("cartpole_balance")]
-    assert len(rows) == 1, r.stdout
+    assert len(rows) == 1, stdout
     fields = rows[0].split()
     assert fields[1] == "16"
     raw, native, ratio, cpu_ratio = (float(x) for x in fields[2:6])
     assert raw > 0 and native > 0 and ratio > 0 and cpu_ratio > 0
     assert abs(ratio - native / raw) < 0.5  # the ratio column is about native/raw
-    assert re.search(r"mjx: skipped", r.stdout)
+    assert re.search(r"mjx: skipped", stdout)
 
 
 def test_bad_task_is_one_line_and_exit_2():
@@ -47,12 +46,13 @@ def test_mode_is_required():
 
 
 def test_full_quick_runs_every_part_and_writes_a_report(tmp_path):
-    """`full --quick`: every part end to end (tiny), the report with all tables,
-    and a rerun that resumes (nothing left to do)."""
+    """`full --quick`: every part end to end (tiny; `envs --quick` is its first),
+    the report with all tables, and a rerun that resumes (nothing left to do)."""
     out = str(tmp_path / "bench")
     r = _run("full", "--quick", "--out", out, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "about" in r.stdout.splitlines()[0] and "minutes" in r.stdout.splitlines()[0]
+    _check_envs_quick_table(open(os.path.join(out, "envs.txt")).read())
     train = open(os.path.join(out, "train.txt")).read()
     rows = [ln for ln in train.splitlines() if ln.startswith("cartpole_balance")]
     ref = [ln for ln in rows if "reference TD3" in ln]

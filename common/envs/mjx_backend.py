@@ -158,6 +158,7 @@ class MjxPhysics:
             raise UserError(f"task {name!r} needs a MuJoCo feature MJX lacks: "
                             f"{'; '.join(missing)}; use --backend native")
         self.model = mm  # the model MJX runs
+        self._run = None  # run's jitted rounds, made on first use
         self.n_sub_steps = int(n_sub_steps)
         self.field_shapes = {f: tuple(field_shapes[f]) for f in self.fields}
         self._data0 = mjx.make_data(mm)
@@ -244,7 +245,7 @@ class MjxPhysics:
         # C skips sensors there, keeping those of the first evaluation.
         return d.replace(sensordata=sensordata)
 
-    def run(self, d, passes: int, n_acc, actuated=True, integrate=True):
+    def run(self, d, passes, n_acc, actuated=True, integrate=True):
         """`passes` rounds of [position and velocity stages, then, in the first
         `n_acc` rounds only, the acceleration stage and the integrator].
 
@@ -252,9 +253,18 @@ class MjxPhysics:
         with one copy of each stage in the compiled program (so compiling it
         costs about one mjx.step, not two). dm_control's reset-time forward is
         (1, 1) without actuation or integration; further rounds without
-        integration recompute the same values. `n_acc`, `actuated` and
-        `integrate` may be traced (tests batch both uses into one program).
+        integration recompute the same values. All four counts and switches
+        are traced, through one jitted function per physics: the step and the
+        reset's forward share one trace of MJX's stages, which takes longer
+        than XLA's compile of a small model (tests batch both uses into one
+        program).
         """
+        if self._run is None:
+            self._run = jax.jit(self._rounds)
+        return self._run(d, jnp.int32(passes), jnp.int32(n_acc), jnp.bool_(actuated),
+                         jnp.bool_(integrate))
+
+    def _rounds(self, d, passes, n_acc, actuated, integrate):
         def body(i, x):
             x = self._stage_vel(x)
             finish = lambda y: self._finish_substep(y, actuated, integrate)
