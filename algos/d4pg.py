@@ -133,6 +133,12 @@ TASK_DEFAULTS = {"humanoid": dict(
     checkpoint_every=1_000_000, critic_layer_norm=True, normalize_obs=True,
     exploration_noise=0.2)}
 
+# On an accelerator (docs/accelerator.md): the host steps the envs while the chip
+# runs the updates, replay taking each step one iteration later. On the TPU
+# machine it took the humanoid loop from 45.9 to 33.8 us per env step and
+# humanoid_run from 332 to 439 in ten minutes, learning as well per env step.
+ACCELERATOR_DEFAULTS = {"humanoid": dict(overlap_physics=True)}
+
 
 # The valid values of the float fields (agent.check_ranges; every float must also be
 # finite), checked before anything compiles: on the command line, in AGENT.config_for (so
@@ -373,7 +379,8 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="d4pg", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES,
+                    accelerator_defaults=ACCELERATOR_DEFAULTS)
 
 
 @exit_on_user_error

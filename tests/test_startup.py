@@ -152,6 +152,23 @@ def test_accelerator_recipe_replaces_the_task_defaults_on_an_accelerator_only(mo
     assert "; on this gpu, its accelerator recipe (ACCELERATOR_DEFAULTS): --batch-size 1024" in line
 
 
+
+def test_d4pg_overlaps_physics_on_an_accelerator_humanoid_only(monkeypatch, tmp_path):
+    """D4PG's accelerator recipe: --overlap-physics on the humanoid tasks where
+    learning runs on an accelerator, nowhere on a CPU (the one-core benchmark's
+    program is unchanged), and --no-overlap-physics turns it off."""
+    from algos import d4pg
+    monkeypatch.setenv(cli.CACHE_VAR, str(tmp_path / "cache"))
+    for platform in ("cpu", "tpu", "gpu"):
+        monkeypatch.setattr(envs, "current_platform", lambda: platform)
+        for task in ("humanoid_walk", "humanoid_run", "walker_walk"):
+            config = cli.parse(d4pg.AGENT, ["--env", task], announce=False)
+            assert config.overlap_physics == (platform != "cpu" and task != "walker_walk")
+        config = cli.parse(d4pg.AGENT, ["--env", "humanoid_run", "--no-overlap-physics"],
+                           announce=False)
+        assert not config.overlap_physics and config.num_envs == 256
+
+
 # --------------------------------------------------------------------- compilation cache
 
 def _entries(path):
