@@ -118,7 +118,10 @@ def check_checkpoint_refused(tiny, mod, algo: str, tmp_path, capsys,
 
 
 def check_mjx_smoke(mod, config) -> None:
-    """A few hundred steps on MJX, one env per seed, two seeds."""
+    """A few hundred steps on MJX, one env per seed, two seeds. CI runs it for
+    TD3 only (each costs about 30 s of the suite's 15 minutes), the other
+    off-policy agents' under -m slow: they reach the physics only through the
+    env API and agent.step_and_learn, the same path as TD3's."""
     cfg = dataclasses.replace(config, backend="mjx", num_envs=1, total_timesteps=400,
                               learning_starts=100, eval_episodes=1, eval_every=0,
                               checkpoint_every=0)

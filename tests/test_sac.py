@@ -50,9 +50,7 @@ def test_checkpoint_of_other_agent_is_refused(tiny_run, tmp_path):
         checkpoint.load(path, template, {"algo": "sac", "env": TINY.env})
 
 
-# The off-policy agents reach the physics only through the env API and
-# agent.step_and_learn: TD3's MJX smoke runs in CI for all of them, this one
-# under -m slow (each costs about 30 s of the suite's 15 minutes).
+# -m slow: TD3's MJX smoke covers the off-policy agents in CI (agent_checks.py)
 @pytest.mark.slow
 def test_smoke_mjx():
     checks.check_mjx_smoke(sac, TINY)
