@@ -152,7 +152,6 @@ def test_accelerator_recipe_replaces_the_task_defaults_on_an_accelerator_only(mo
     assert "; on this gpu, its accelerator recipe (ACCELERATOR_DEFAULTS): --batch-size 1024" in line
 
 
-
 def test_d4pg_overlaps_physics_on_an_accelerator_humanoid_only(monkeypatch, tmp_path):
     """D4PG's accelerator recipe: --overlap-physics on the humanoid tasks where
     learning runs on an accelerator, nowhere on a CPU (the one-core benchmark's
