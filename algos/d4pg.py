@@ -98,6 +98,9 @@ class Config:
     exploration_decay_steps: int = 0
     """env steps over which the exploration std moves linearly from --exploration-noise to
     --exploration-noise-final (0: --exploration-noise throughout)"""
+    decay_start_steps: int = 0
+    """env step at which that decay begins (before it the run is the undecayed one, bit for
+    bit)"""
     n_step: int = 5
     """n-step returns (windows stop at episode ends)"""
     hidden_sizes: Tuple[int, ...] = (256, 256)
@@ -279,7 +282,8 @@ def make_train(config: Config) -> agent.Train:
     def iteration(state: TrainState, i):
         """Every env takes one step; then the due gradient updates."""
         hp = state.hp
-        sigma = agent.noise_schedule(hp, config.exploration_decay_steps, i * E)  # exploration std
+        sigma = agent.noise_schedule(hp, config.exploration_decay_steps, i * E,
+                                   config.decay_start_steps)  # exploration std
         key, k_noise, k_random = jax.random.split(state.key, 3)
         env_state = state.env_state
         obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \

@@ -98,6 +98,9 @@ class Config:
     exploration_decay_steps: int = 0
     """env steps over which the exploration std moves linearly from --exploration-noise to
     --exploration-noise-final (0: --exploration-noise throughout)"""
+    decay_start_steps: int = 0
+    """env step at which that decay begins (before it the run is the undecayed one, bit for
+    bit)"""
     noise_type: str = "gaussian"
     """exploration noise: gaussian (independent steps) or ou (Ornstein-Uhlenbeck, reset per
     episode)"""
@@ -280,7 +283,8 @@ def make_train(config: Config) -> agent.Train:
     def iteration(state: TrainState, i):
         """Every env takes one step; then the due gradient updates."""
         hp = state.hp
-        sigma = agent.noise_schedule(hp, config.exploration_decay_steps, i * E)  # exploration std
+        sigma = agent.noise_schedule(hp, config.exploration_decay_steps, i * E,
+                                   config.decay_start_steps)  # exploration std
         key, k_noise, k_random = jax.random.split(state.key, 3)
         env_state = state.env_state
         done = env_state.terminated | env_state.truncated  # obs is the first of a new episode

@@ -94,6 +94,9 @@ class Config:
     value (0: constant)"""
     lr_final_scale: float = 1.0
     """the learning rates' multiplier after --lr-decay-steps"""
+    decay_start_steps: int = 0
+    """env step at which both decays begin (before it the run is the undecayed one, bit for
+    bit)"""
     policy_noise: float = 0.2
     """std of the target smoothing noise, in units of half the action range"""
     noise_clip: float = 0.5
@@ -290,7 +293,8 @@ def make_train(config: Config) -> agent.Train:
     def iteration(state: TrainState, i):
         """Every env takes one step; then the due gradient updates."""
         hp = state.hp
-        sigma = agent.noise_schedule(hp, config.exploration_decay_steps, i * E)  # exploration std
+        sigma = agent.noise_schedule(hp, config.exploration_decay_steps, i * E,
+                                   config.decay_start_steps)  # exploration std
         key, k_noise, k_random = jax.random.split(state.key, 3)
         env_state = state.env_state
         obs_stats = normalize.update(state.obs_stats, env_state.obs) if config.normalize_obs \
@@ -307,7 +311,8 @@ def make_train(config: Config) -> agent.Train:
         def learn(state):
             if config.lr_decay_steps > 0:  # both rates on the env-step clock of the noise
                 scale = agent.linear_schedule(1.0, config.lr_final_scale,
-                                              config.lr_decay_steps, i * E)
+                                              config.lr_decay_steps, i * E,
+                                              config.decay_start_steps)
                 state = state._replace(
                     actor_opt=agent.set_learning_rate(state.actor_opt, hp.actor_lr * scale),
                     critic_opt=agent.set_learning_rate(state.critic_opt, hp.critic_lr * scale))

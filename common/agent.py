@@ -362,19 +362,21 @@ def clip_by_global_norm(max_norm) -> optax.GradientTransformation:
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def noise_schedule(hp, decay_steps: int, env_steps) -> jnp.ndarray:
-    """Exploration std after `env_steps` env steps of one seed: linear from
-    hp.exploration_noise to hp.exploration_noise_final over `decay_steps`,
-    then constant (decay_steps 0: hp.exploration_noise throughout)."""
+def noise_schedule(hp, decay_steps: int, env_steps, begin: int = 0) -> jnp.ndarray:
+    """Exploration std after `env_steps` env steps of one seed: hp.exploration_noise
+    until env step `begin`, then linear to hp.exploration_noise_final over
+    `decay_steps`, then constant (decay_steps 0: hp.exploration_noise throughout)."""
     if decay_steps <= 0:
         return hp.exploration_noise
     return linear_schedule(hp.exploration_noise, hp.exploration_noise_final, decay_steps,
-                           env_steps)
+                           env_steps, begin)
 
 
-def linear_schedule(start, end, decay_steps: int, env_steps) -> jnp.ndarray:
-    """`start` moving linearly to `end` over `decay_steps` env steps, then `end`."""
-    frac = jnp.minimum(jnp.asarray(env_steps, jnp.float32) / decay_steps, 1.0)
+def linear_schedule(start, end, decay_steps: int, env_steps, begin: int = 0) -> jnp.ndarray:
+    """`start` until env step `begin`, then moving linearly to `end` over
+    `decay_steps` env steps, then `end`. Before `begin` the value is `start`
+    bit for bit, so a run is its unscheduled twin up to there."""
+    frac = jnp.clip((jnp.asarray(env_steps, jnp.float32) - begin) / decay_steps, 0.0, 1.0)
     return start + (end - start) * frac
 
 
@@ -562,7 +564,7 @@ def check_off_policy(config) -> None:
     from common.networks import TORSOS
     check_choice(config, "critic_torso", TORSOS)
     check_positive(config, "simba_width", "simba_blocks")
-    for name in ("exploration_decay_steps", "lr_decay_steps"):
+    for name in ("exploration_decay_steps", "lr_decay_steps", "decay_start_steps"):
         if getattr(config, name, 0) < 0:
             raise UserError(f"--{name.replace('_', '-')} must be >= 0 (0: off), "
                             f"got {getattr(config, name)}")

@@ -163,6 +163,11 @@ def test_noise_schedule_is_linear_then_constant():
     at = lambda step, decay=1000: float(agent.noise_schedule(hp, decay, step))
     assert np.allclose([at(0), at(500), at(1000), at(5000)], [0.4, 0.25, 0.1, 0.1])
     assert at(700, decay=0) == pytest.approx(0.4)  # no decay: the start value throughout
+    # begun at env step 2000: the start value bit for bit until then, the same line after
+    late = lambda step, decay=1000: float(agent.noise_schedule(hp, decay, step, 2000))
+    assert [late(0), late(1999), late(2000)] == [at(0)] * 3
+    assert np.allclose([late(2500), late(3000), late(9000)], [0.25, 0.1, 0.1])
+    assert float(agent.linear_schedule(1.0, 0.5, 1000, 2500, 2000)) == pytest.approx(0.75)
 
 
 @pytest.mark.parametrize("algo", DETERMINISTIC)
@@ -205,6 +210,31 @@ def test_td3_learning_rates_follow_their_schedule_in_training():
     assert lr_end == pytest.approx(config.critic_lr * 0.25)
     assert step0 == pytest.approx(lr0, rel=0.05)
     assert step_end == pytest.approx(config.critic_lr * 0.25, rel=0.05)
+
+
+def test_td3_decays_that_begin_late_leave_the_run_bit_for_bit_until_then():
+    """--decay-start-steps: before it a run with both decays is the constant
+    run exactly (acting, replay, both networks); after it the rates fall."""
+    mod, config, train, init, _, iteration = compiled("td3")
+    late = dataclasses.replace(config, decay_start_steps=8 * config.num_envs)
+    flat = dataclasses.replace(config, exploration_decay_steps=0, lr_decay_steps=0)
+    key = jax.random.PRNGKey(0)
+    state = init(key)
+    state = state._replace(replay=jax.jit(replay.synthetic, static_argnums=2)(
+        state.replay, key, train.env.episode_length))
+    runs = {}
+    for name, c in (("late", late), ("flat", flat)):
+        step, s = jax.jit(mod.make_train(c).iteration), state
+        for i in range(8):
+            s, _ = step(s, i)
+        runs[name] = s, step
+    (a, step_late), (b, _) = runs["late"], runs["flat"]
+    for part in ("actor_params", "critic_params", "replay", "env_state"):
+        assert all(np.array_equal(x, y) for x, y in zip(
+            jax.tree.leaves(getattr(a, part)), jax.tree.leaves(getattr(b, part)))), part
+    after, _ = step_late(a, 8 + 500 // config.num_envs)  # half-way through the decay
+    rate = float(after.critic_opt[-1].hyperparams["learning_rate"])
+    assert rate == pytest.approx(config.critic_lr * (1 - 0.75 * 0.5), rel=0.02)
 
 
 # ----------------------------------------------------------------------------- n-step targets

@@ -94,6 +94,7 @@ def _int_fields(config_cls):
 
 ZERO_ALLOWED = {"eval_every", "checkpoint_every", "learning_starts",  # 0: "only at the end" / none
                 "exploration_decay_steps", "lr_decay_steps",  # 0: a constant std, rates
+                "decay_start_steps",  # 0: the decays begin at once
                 "policy_target_period"}  # MPO's 0: Polyak averaging
 
 
