@@ -131,6 +131,12 @@ TASK_DEFAULTS = {"humanoid": dict(
     init_alpha=1e-3, target_entropy_per_dim=-0.5)}
 
 
+# On an accelerator (docs/accelerator.md): the host steps the envs while the chip
+# runs the updates, replay taking each step one iteration later. On the TPU
+# machine it took the humanoid loop from 44.6 to 32.5 us per env step.
+ACCELERATOR_DEFAULTS = {"humanoid": dict(overlap_physics=True)}
+
+
 # The valid values of the float fields (agent.check_ranges; every float must also be
 # finite), checked before anything compiles: on the command line, in AGENT.config_for (so
 # TASK_DEFAULTS too) and for every swept value.
@@ -407,7 +413,8 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="sac", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES,
+                    accelerator_defaults=ACCELERATOR_DEFAULTS)
 
 
 @exit_on_user_error

@@ -139,6 +139,12 @@ TASK_DEFAULTS = {"humanoid": dict(
     actor_lr=6e-4, critic_lr=6e-4)}
 
 
+# On an accelerator (docs/accelerator.md): the host steps the envs while the chip
+# runs the updates, replay taking each step one iteration later. On the TPU
+# machine it took the humanoid loop from 44.8 to 31.2 us per env step.
+ACCELERATOR_DEFAULTS = {"humanoid": dict(overlap_physics=True)}
+
+
 # The valid values of the float fields (agent.check_ranges; every float must also be
 # finite), checked before anything compiles: on the command line, in AGENT.config_for (so
 # TASK_DEFAULTS too) and for every swept value.
@@ -402,7 +408,8 @@ def make_act(config: Config, env: envs.Env):
 
 AGENT = agent.Agent(name="td3", doc=__doc__, Config=Config, HParams=HParams, validate=validate,
                     make_train=make_train, make_act=make_act,
-                    task_defaults=TASK_DEFAULTS, ranges=RANGES)
+                    task_defaults=TASK_DEFAULTS, ranges=RANGES,
+                    accelerator_defaults=ACCELERATOR_DEFAULTS)
 
 
 @exit_on_user_error

@@ -4,6 +4,7 @@ first line (where physics and learning run), the one warning for MJX on a
 TPU, and JAX's persistent compilation cache (on by default, off with
 --no-compile-cache, refused by JAX for programs with host callbacks).
 Nothing here trains: the CLI is stopped where the run would start."""
+import importlib
 import os
 
 import jax
@@ -152,20 +153,23 @@ def test_accelerator_recipe_replaces_the_task_defaults_on_an_accelerator_only(mo
     assert "; on this gpu, its accelerator recipe (ACCELERATOR_DEFAULTS): --batch-size 1024" in line
 
 
-def test_d4pg_overlaps_physics_on_an_accelerator_humanoid_only(monkeypatch, tmp_path):
-    """D4PG's accelerator recipe: --overlap-physics on the humanoid tasks where
-    learning runs on an accelerator, nowhere on a CPU (the one-core benchmark's
-    program is unchanged), and --no-overlap-physics turns it off."""
-    from algos import d4pg
+@pytest.mark.parametrize("algo", ("ddpg", "td3", "d4pg", "td4", "sac", "mpo"))
+def test_off_policy_agents_overlap_physics_on_an_accelerator_humanoid_only(
+        algo, monkeypatch, tmp_path):
+    """The off-policy accelerator recipe: --overlap-physics on the humanoid tasks
+    where learning runs on an accelerator, nowhere on a CPU (the one-core
+    benchmark's program is unchanged), and --no-overlap-physics turns it off."""
+    mod = importlib.import_module(f"algos.{algo}")
     monkeypatch.setenv(cli.CACHE_VAR, str(tmp_path / "cache"))
+    envs_default = mod.AGENT.defaults_for("humanoid_run")["num_envs"]
     for platform in ("cpu", "tpu", "gpu"):
         monkeypatch.setattr(envs, "current_platform", lambda: platform)
         for task in ("humanoid_walk", "humanoid_run", "walker_walk"):
-            config = cli.parse(d4pg.AGENT, ["--env", task], announce=False)
+            config = cli.parse(mod.AGENT, ["--env", task], announce=False)
             assert config.overlap_physics == (platform != "cpu" and task != "walker_walk")
-        config = cli.parse(d4pg.AGENT, ["--env", "humanoid_run", "--no-overlap-physics"],
+        config = cli.parse(mod.AGENT, ["--env", "humanoid_run", "--no-overlap-physics"],
                            announce=False)
-        assert not config.overlap_physics and config.num_envs == 256
+        assert not config.overlap_physics and config.num_envs == envs_default
 
 
 # --------------------------------------------------------------------- compilation cache
