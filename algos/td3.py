@@ -137,7 +137,7 @@ TASK_DEFAULTS = {"humanoid": dict(
     # at 3e-4 take-off is a coin toss (one seed of two still at 2 after 1.5M env steps);
     # at 6e-4 all six probed seeds pass 200 by 1.25M, at 1e-3 two of six never take off
     actor_lr=6e-4, critic_lr=6e-4,
-    # the noise to 0.05 and both rates to half, from the second hour-benchmark evaluation
+    # the noise to 0.05 and both rates to half, from the humanoid benchmark's 2nd evaluation
     # (2 x 1,171,456 env steps, so the take-off above is untouched) to 10M: both seeds
     # end at 800+ in two hours (804, 811) where the constant recipe ended at 762 and 793
     exploration_noise_final=0.05, lr_final_scale=0.5, decay_start_steps=2_342_912,
