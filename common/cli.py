@@ -18,8 +18,9 @@ a step:
    a TPU, the task's recipe line and a summary line;
 6. `starting_point`: a new run directory, or the checkpoint's states and chunk;
 7. `train_members`: logs and checkpoints (`open_run`'s hooks), init or
-   the loaded states, the run under the stall `Watchdog`; a fresh run that
-   fails leaves no run directory;
+   the loaded states, the run under the stall `Watchdog` and `Interrupt`
+   (Ctrl-C or SIGTERM: logs closed, the last checkpoint kept, exit 130/143);
+   a fresh run that fails leaves no run directory;
 8. `report`: the final evaluation returns, a sweep's table of results, and
    one line naming every member that diverged (agent.make_runner) and its
    env step; a run (not a sweep) with a diverged member then exits 1.
@@ -32,6 +33,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import sys
 import threading
 import time
@@ -363,17 +366,19 @@ def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
     ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
 
     def log(step, members, metrics):
-        logger.write(step, metrics)
+        with logger.busy:
+            logger.write(step, metrics)
 
     def save(chunk, members, state_and_diverged):
         state, diverged_at = state_and_diverged
-        ckpt.save(ckpt_path, state, {"algo": spec.name, "env": config.env,
-                                     "num_seeds": config.num_seeds, "chunk": chunk,
-                                     "run_dir": run_dir, "sweep": plan.sweep_meta,
-                                     "members": members.tolist(),
-                                     # per member: the env step it diverged at, -1: it did not
-                                     "diverged_at": diverged_at.tolist(),
-                                     "config": dataclasses.asdict(config)})
+        with logger.busy:
+            ckpt.save(ckpt_path, state, {"algo": spec.name, "env": config.env,
+                                         "num_seeds": config.num_seeds, "chunk": chunk,
+                                         "run_dir": run_dir, "sweep": plan.sweep_meta,
+                                         "members": members.tolist(),
+                                         # per member: the env step it diverged at, -1: none
+                                         "diverged_at": diverged_at.tolist(),
+                                         "config": dataclasses.asdict(config)})
 
     gather_log, gather_save = parallel.Gather(log, local), parallel.Gather(save, local)
     hooks = agent.Hooks(lambda lead, step, metrics, member: gather_log(step, member, metrics),
@@ -405,7 +410,8 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
         if diverged_at is not None:  # from this process's checkpoint: its members only
             diverged_at = parallel.put(np.asarray(diverged_at, np.int32), mesh, plan.num_members,
                                        parallel.local_members(mesh, plan.num_members))
-        with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)):
+        with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)), \
+                Interrupt(logger.busy, logger.close, lambda sig: _interrupted(sig, ckpt_path)):
             states, history = run(states, start_chunk, members, diverged_at)
             jax.block_until_ready(states)
     except BaseException:
@@ -506,6 +512,68 @@ class Watchdog:
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
+
+
+class Interrupt:
+    """Ctrl-C (SIGINT) or SIGTERM while the compiled run executes. The main
+    thread waits inside XLA and would act on a signal only when the whole run
+    returns: on a CPU a run went on for minutes after Ctrl-C, and on a TPU an
+    overlapped run (--overlap-physics) kept running after it with its last
+    chunk broken. Python's C-level handler writes the signal's number to a
+    wakeup socket from whichever thread the kernel picks; a thread reading it
+    waits for a log write or checkpoint save under way (`busy`, so neither is
+    cut in half), calls close() (the logs) and on_signal(signum), which ends
+    the process. Off the main thread (where signals cannot be set) it does
+    nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, busy: threading.Lock, close: Callable[[], None],
+                 on_signal: Callable[[int], None]):
+        self.busy, self.close, self.on_signal = busy, close, on_signal
+        self.sockets = None
+
+    def _watch(self) -> None:
+        while True:
+            (signum,) = self.sockets[0].recv(1) or b"\0"
+            if signum == 0:  # __exit__
+                return
+            if signum in self.SIGNALS:
+                with self.busy:
+                    self.close()
+                    self.on_signal(signum)
+                return
+
+    def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self.sockets = socket.socketpair()
+        self.sockets[1].setblocking(False)
+        self.old_fd = signal.set_wakeup_fd(self.sockets[1].fileno(), warn_on_full_buffer=False)
+        # a Python handler (one that does nothing) is what makes the C handler write
+        self.old = {s: signal.signal(s, lambda *_: None) for s in self.SIGNALS}
+        self.thread = threading.Thread(target=self._watch, daemon=True, name="interrupt")
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.sockets is None:
+            return
+        for s, handler in self.old.items():
+            signal.signal(s, handler)
+        signal.set_wakeup_fd(self.old_fd)
+        self.sockets[1].send(b"\0")
+        self.thread.join()
+        for sock in self.sockets:
+            sock.close()
+
+
+def _interrupted(signum: int, ckpt_path: str) -> None:
+    saved = (f"its last checkpoint is {ckpt_path} (--resume {os.path.dirname(ckpt_path)} "
+             "continues from it)") if os.path.exists(ckpt_path) else "no checkpoint was written"
+    print(f"\n{signal.Signals(signum).name}: the run is stopped, its logs closed; {saved}",
+          file=sys.stderr, flush=True)
+    os._exit(128 + signum)
 
 
 def _stalled(idle: float, ckpt_path: str) -> None:

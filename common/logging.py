@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
@@ -68,6 +69,7 @@ class RunLogger:
                 json.dump([dict(stream=n, **t) for n, t in zip(names, tags)], f, indent=2)
         self.total_steps = total_steps
         self.quiet = quiet
+        self.busy = threading.Lock()  # held by each log write and checkpoint save (cli.Interrupt)
         self.start = time.time()
         self.start_step: Optional[int] = None
         self.last_return = float("nan")

@@ -1,6 +1,8 @@
 """Build release/: the best seed of every benchmark run, exported.
 
     python scripts/release.py    # from docs/results/standard/, humanoid/ and accelerator/
+    python scripts/release.py --only humanoid_walk__td3    # that file alone; the other
+                                                           # rows of release/README.md stay
 
 For each (agent, task) result of the standard benchmark
 (scripts/benchmarks/standard.py: `docs/results/standard/<task>__<algo>.json`
@@ -25,6 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import argparse
 import glob
 import json
+
+from common.errors import UserError, exit_on_user_error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = (os.path.join(ROOT, "docs", "results", "standard"),
@@ -71,8 +75,26 @@ def best_accelerator(folder: str = ACCELERATOR, task: str = ACCELERATOR_TASK) ->
     return {key: runs[key]}
 
 
+def kept_rows(release: str, only) -> list:
+    """release/README.md's table rows of the files not in `only` (their lines
+    as written), so that rebuilding one file evaluates only that one."""
+    path = os.path.join(release, "README.md")
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.split("|")[1:-1]]
+            if len(cells) == 10 and cells[0].endswith(".npz") and cells[0][:-4] not in only \
+                    and os.path.exists(os.path.join(release, cells[0])):
+                rows.append(dict(file=cells[0], algo=cells[1], task=cells[2], line=line.rstrip()))
+    return rows
+
+
 def build(results=RESULTS, release: str = RELEASE, episodes: int = EPISODES,
-          accelerator: str = ACCELERATOR) -> list:
+          accelerator: str = ACCELERATOR, only=None) -> list:
+    """Export and evaluate every release (or the file names, without .npz, in
+    `only`; the others' rows are kept as release/README.md has them)."""
     import jax
     import numpy as np
 
@@ -85,6 +107,12 @@ def build(results=RESULTS, release: str = RELEASE, episodes: int = EPISODES,
     rows = []
     runs = [(key, v, "") for key, v in sorted(best_seeds(results).items())]
     runs += [(key, v, "__accelerator") for key, v in best_accelerator(accelerator).items()]
+    if only is not None:
+        missing = set(only) - {f"{t}__{a}{suffix}" for (t, a), _, suffix in runs}
+        if missing:
+            raise UserError(f"--only: no benchmark result releases {', '.join(sorted(missing))}")
+        runs = [run for run in runs if f"{run[0][0]}__{run[0][1]}{run[2]}" in only]
+        rows = kept_rows(release, only)
     for (task, algo), (final, source, index, seed, r), suffix in runs:
         out = os.path.join(release, f"{task}__{algo}{suffix}.npz")
         header = export.main([source, "--seed-index", str(index), "--out", out])
@@ -152,7 +180,7 @@ def readme(rows: list) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(
+        lines.append(r["line"] if "line" in r else
             f"| {r['file']} | {r['algo']} | {r['task']} | {r['steps']:,} | {r['seed']} | "
             f"{r['final']:.1f} | {r['mean']:.1f} [{r['lo']:.1f}, {r['hi']:.1f}] | "
             f"{r['check']:.2f} | {r['kib']:.0f} KiB | `{r['command']}`{r.get('where', '')} |"
@@ -168,12 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder of accelerator benchmark results (its best humanoid walker)")
     p.add_argument("--release", default=RELEASE)
     p.add_argument("--episodes", type=int, default=EPISODES)
+    p.add_argument("--only", nargs="+", metavar="FILE",
+                   help="rebuild these releases alone (names without .npz, e.g. "
+                        "humanoid_walk__td3); the other rows of release/README.md stay")
     return p
 
 
+@exit_on_user_error
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    for r in build(args.results, args.release, args.episodes, args.accelerator):
+    for r in build(args.results, args.release, args.episodes, args.accelerator, args.only):
+        if "line" in r:
+            continue
         print(
             f"{r['file']:<28} seed {r['seed']}  final {r['final']:7.1f}  "
             f"held-out mean {r['mean']:7.1f} [{r['lo']:.1f}, {r['hi']:.1f}]  {r['kib']:.0f} KiB"

@@ -367,6 +367,38 @@ def test_release_picks_the_accelerator_walker_that_ended_highest(tmp_path):
     assert release_script.best_accelerator(str(tmp_path), task="cheetah_run") == {}
 
 
+def test_release_only_rebuilds_the_named_file_and_keeps_the_other_rows(trained, tmp_path,
+                                                                       capsys):
+    """`--only`: that file is exported and evaluated again; the other rows of
+    release/README.md stay as written (their policies are not evaluated
+    again); a name no result releases is one line and exit 2."""
+    import shutil
+    results, release, empty = tmp_path / "results", tmp_path / "release", tmp_path / "none"
+    for d in (results, release, empty):
+        d.mkdir()
+    shutil.copy(trained.part, results / "cartpole_balance__td3.policy.npz")
+    (results / "cartpole_balance__td3.json").write_text(json.dumps(
+        {"task": "cartpole_balance", "algo": "td3", "config": {"seed": 1}, "command": "td3 cmd",
+         "eval_steps": [1000], "eval_returns": [[1.0], [2.0]]}))
+    kept = ("| walker_walk__sac.npz | sac | walker_walk | 100,000 | 1 | 9.0 | 8.0 [7.0, 9.0] | "
+            "9.50 | 1 KiB | `sac cmd` |")
+    (release / "walker_walk__sac.npz").write_bytes(b"not evaluated")
+    (release / "README.md").write_text("# Released policies\n\n| file |\n|---|\n" + kept + "\n"
+                                       "| cartpole_balance__td3.npz | td3 | cartpole_balance | "
+                                       "1 | 1 | 0.0 | 0.0 [0.0, 0.0] | 0.00 | 1 KiB | `old` |\n")
+    args = ["--results", str(results), "--release", str(release), "--accelerator", str(empty),
+            "--episodes", "2"]
+    release_script.main(args + ["--only", "cartpole_balance__td3"])
+    text = (release / "README.md").read_text()
+    assert kept in text.splitlines()
+    (row,) = [ln for ln in text.splitlines() if ln.startswith("| cartpole_balance__td3.npz")]
+    assert "`td3 cmd`" in row and "| 2 | 2.0 |" in row  # seed 2, the higher final return
+    assert load_policy(str(release / "cartpole_balance__td3.npz")).check is not None
+    capsys.readouterr()
+    one_line_exit_2(release_script.main, args + ["--only", "walker_walk__ddpg"], capsys,
+                    "--only: no benchmark result releases walker_walk__ddpg")
+
+
 def test_evaluate_prints_mean_and_interval(trained, capsys):
     returns = evaluate_script.main([trained.exported, "--episodes", "3", "--seed", "1"])
     printed = capsys.readouterr().out

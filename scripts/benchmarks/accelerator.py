@@ -622,17 +622,31 @@ def load(out: str) -> List[Dict]:
     return standard.load_results(out)
 
 
-def at_marks(seconds: List[float], values: List[float], steps: List[int], marks=MARKS):
-    """The last (value, env steps) at or before each of `marks` minutes."""
+def at_marks(seconds: List[float], values: List[float], steps: List[int], marks=MARKS,
+             until: float = float("inf")):
+    """The last (value, env steps) at or before each of `marks` minutes (and `until`
+    seconds)."""
     out = []
     for m in marks:
-        within = [(v, s) for t, v, s in zip(seconds, values, steps) if t <= m * 60]
+        within = [(v, s) for t, v, s in zip(seconds, values, steps) if t <= min(m * 60, until)]
         out.append(within[-1] if within else (None, None))
     return out
 
 
+def run_marks(r: Dict):
+    """A run's (value, env steps) at MARKS. Evaluations logged after the stop
+    signal count (they are within the marks, and a run that ignored the signal
+    computed them as it would have unsignalled), except in overlapped runs
+    (--overlap-physics): the signal broke their last chunk (Q and training
+    return fell within seconds) while runs still ignored it, before
+    common/cli.Interrupt made every run stop at once on it (2026-12-07)."""
+    until = r["minutes"] * 60 if r["config"].get("overlap_physics") else float("inf")
+    return at_marks(r["eval_seconds"], r["eval_returns"], r["eval_steps"], until=until)
+
+
 def stopped_output(cmd: List[str], seconds: float) -> str:
-    """The output of `cmd` run for `seconds` (then SIGINT, then killed)."""
+    """The output of `cmd` run for `seconds` (then SIGINT, on which a run closes
+    its logs and exits; killed if it has not within 15 s)."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
@@ -698,26 +712,22 @@ def timed_run(task: str, algo: str, out: str, minutes: float, eval_every: int,
     first = min([t for t in list(sps.times) if t > 0] or [float("nan")])
     # the writers' clocks start when the run directory is made: shift them to process start
     t_open = os.path.getctime(os.path.join(run_dir, "config.json")) - t0
-    seconds = [float(t) + t_open for t in ev.times]
-    # every evaluation logged within a mark counts, those of the chunk the run closes
-    # with after its stop signal too (their seconds are since the process started)
-    mark_minutes = list(MARKS)
-    marks = at_marks(seconds, [float(v) for v in ev.values], [int(s) for s in ev.steps],
-                     mark_minutes)
+    seconds = [float(t) + t_open for t in ev.times]  # since the process started
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
     result = dict(
         task=task, algo=algo, minutes=minutes, command=shown_command(cmd),
         runner_flags=" ".join(cmd[cmd.index("--total-timesteps"):]), config=config,
         eval_steps=[int(s) for s in ev.steps], eval_returns=[float(v) for v in ev.values],
-        eval_seconds=seconds, marks=[v for v, _ in marks], mark_steps=[s for _, s in marks],
-        mark_minutes=mark_minutes,
+        eval_seconds=seconds, mark_minutes=list(MARKS),
         first_log_s=float(first) + t_open, wall_s=wall, training=training_curves(seed, tags),
         sps=float(np.median(sps.values[len(sps.values) // 2:])) if len(sps.values) else None,
         first_lines=[ln for ln in text.splitlines()
                      if ln.strip() and "\r" not in ln and "GLFW" not in ln
                      and "warnings.warn" not in ln][:4],
         machine=device_line(), commit=git_commit(), date=time.strftime("%Y-%m-%d"))
+    marks = run_marks(result)
+    result.update(marks=[v for v, _ in marks], mark_steps=[s for _, s in marks])
     os.makedirs(out, exist_ok=True)
     ckpt = os.path.join(run_dir, "checkpoint.npz")
     if os.path.exists(ckpt):
@@ -776,12 +786,13 @@ def write_table(rows: List[Dict], out: str) -> str:
              "`--minutes` after it started (`stop`), compile included; the last evaluation "
              "return (10 held-out episodes) logged within 2.5, 5 and 10 minutes of the start, "
              "env steps in brackets (a run stopped before 10 minutes, as a device command "
-             "must be, shows its last evaluation under 10 min). Regenerate with "
+             "must be, shows its last evaluation under 10 min; an overlapped run's evaluations "
+             "after its stop signal are not read, see `run_marks`). Regenerate with "
              "`python scripts/benchmark.py accelerator report`.", "",
              "| task | command | machine | env steps/s | first log (s) | stop (min) | "
              "2.5 min | 5 min | 10 min |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        marks = at_marks(r["eval_seconds"], r["eval_returns"], r["eval_steps"])
+        marks = run_marks(r)
         cell = lambda v, s: "" if v is None else f"{v:.0f} ({s / 1e6:.1f}M)"
         lines.append(f"| {r['task']} | `{r['command']}` | {r['machine']} | {r['sps'] or 0:,.0f} | "
                      f"{r['first_log_s']:.0f} | {r['minutes']:g} | "
