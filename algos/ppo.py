@@ -120,9 +120,6 @@ class Config:
     """rewards are multiplied by this before learning"""
     normalize_reward: bool = False
     """divide rewards by the running std of the discounted return (before reward_scaling)"""
-    stagger_episodes: bool = False
-    """start each env's first episode at a random step of the time limit (truncated early),
-    so that a rollout holds every phase of an episode, not the same few steps of all"""
     normalize_obs: bool = True
     """normalise observations with running mean/std over all envs"""
     obs_clip: float = 10.0
@@ -371,15 +368,10 @@ def make_train(config: Config) -> agent.Train:
         actor_params = actor.init(k_actor, dummy_obs)
         actor_params["params"]["log_std"] = jnp.full(A, hp.init_log_std)
         critic_params = critic.init(k_critic, dummy_obs)
-        env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool)
-        if config.stagger_episodes:  # the steps each first episode has already had
-            elapsed = jax.random.randint(jax.random.fold_in(k_env, 1), (E,), 0,
-                                         env.episode_length)
-            env_state = env_state._replace(info={**env_state.info, "episode_length": elapsed})
         return TrainState(
             actor_params=actor_params, critic_params=critic_params,
             opt=tx(hp).init((actor_params, critic_params)),
-            env_state=env_state,
+            env_state=jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_env, E), pool),
             pool=pool,
             obs_stats=normalize.init(D), return_stats=normalize.init(1),
             returns=jnp.zeros(E, jnp.float32), hp=hp, key=key, eval_key=k_eval)

@@ -156,35 +156,6 @@ def test_orthogonal_init_is_orthogonal_and_seeded():
     assert not np.allclose(ws[0], ws[1])
 
 
-def test_staggered_episodes_spread_the_first_episodes_over_the_time_limit():
-    """--stagger-episodes: each env's first episode starts at its own random
-    step of the time limit, so it ends (truncated, bootstrapped) at its own
-    time; off (the default), every env starts at step 0 as before."""
-    cfg = dataclasses.replace(TINY, num_envs=64, num_seeds=1)
-    key = jax.random.PRNGKey(0)
-    plain = ppo.make_train(cfg).init(key)
-    train = ppo.make_train(dataclasses.replace(cfg, stagger_episodes=True))
-    staggered = train.init(key)
-    assert (np.asarray(plain.env_state.info["episode_length"]) == 0).all()
-    elapsed = np.asarray(staggered.env_state.info["episode_length"])
-    limit = train.env.episode_length
-    assert elapsed.min() >= 0 and elapsed.max() < limit and len(set(elapsed.tolist())) > 48
-    # the same envs otherwise: physics, observations and the rest of the state
-    same = lambda a, b: jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), a, b)
-    same(plain.env_state._replace(info={}), staggered.env_state._replace(info={}))
-    same(plain.actor_params, staggered.actor_params)
-    # an env that had `elapsed` steps is truncated after `limit - elapsed` more
-    env = train.env
-    k = int(np.argmax(elapsed))
-    one = jax.tree.map(lambda x: x[k], staggered.env_state)
-    step = jax.jit(lambda s: env.step(s, jnp.zeros(env.action_size)))
-    for _ in range(limit - 1 - int(elapsed[k])):
-        one = step(one)
-        assert not bool(one.truncated)
-    one = step(one)
-    assert bool(one.truncated) and int(one.info["episode_length"]) == limit
-
-
 # --------------------------------------------------------------------- mjx backend
 
 def test_smoke_mjx_two_seeds():
