@@ -6,6 +6,7 @@ kept from the physics, a diverging run reported (exit 1) and its checkpoint
 neither resumed nor exported, per-seed training pools and a held-out
 evaluation pool, and `--seed s --num-seeds N` member m == `--seed s+m`."""
 import dataclasses
+import json
 import os
 import shlex
 import subprocess
@@ -80,7 +81,6 @@ def test_watchdog_fires_on_a_run_that_stops_calling_the_host():
 
 
 def _checkpoint_chunk(run_dir) -> int:
-    import json
     try:
         with np.load(run_dir / "checkpoint.npz") as z:
             return int(json.loads(bytes(z["header"]).decode())["chunk"])
@@ -109,8 +109,12 @@ def _stop_after_a_checkpoint(argv, tmp_path, sig, after_chunk=-1):
     finally:
         if proc.poll() is None:
             proc.kill()
-    out.seek(0), err.seek(0)
-    return code, out.read(), err.read(), waited, dirs[0]
+    texts = []
+    for f in (out, err):
+        f.seek(0)
+        texts.append(f.read())
+        f.close()
+    return code, *texts, waited, dirs[0]
 
 
 def test_ctrl_c_stops_a_run_at_once_and_its_checkpoint_resumes(tmp_path):
