@@ -143,6 +143,36 @@ def fetch(tree: Any) -> Any:
     return jax.tree.map(np.asarray, tree)
 
 
+def over_members(f: Callable, in_axes=0) -> Callable:
+    """jax.vmap(f, in_axes) over the leading member axis, except where that
+    axis has length 1 (one seed, the usual run; a device's one member of a
+    sharded run): there f runs on the member itself and the axis is put back
+    on its results. The results are the same to float rounding, but XLA
+    compiles a batch of one slower: on a CPU D4PG's humanoid iteration took
+    1.5 times as long vmapped over one member (docs/throughput.md)."""
+    batched = jax.vmap(f, in_axes=in_axes)
+
+    def call(*args):
+        axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        sizes = {jnp.shape(x)[0] for a, ax in zip(args, axes) if ax == 0
+                 for x in jax.tree.leaves(a)}
+        if sizes != {1}:
+            return batched(*args)
+        one = [jax.tree.map(lambda x: x[0], a) if ax == 0 else a for a, ax in zip(args, axes)]
+        return jax.tree.map(lambda x: jnp.expand_dims(x, 0), f(*one))
+    return call
+
+
+def _member_axis(fn: Callable) -> Callable:
+    """A hook that expects the member axis (Gather), also for host calls of
+    a run over_members traced without it (lead shape ())."""
+    def hook(lead, *args):
+        if lead:
+            return fn(lead, *args)
+        return fn((1,), *jax.tree.map(lambda x: np.expand_dims(x, 0), args))
+    return hook
+
+
 def compile_members(train, mesh: Optional[Mesh], hooks=None) -> Tuple[Callable, Callable]:
     """(init(keys, hps) -> states, run(states, start_chunk, members,
     diverged_at=None) -> (states, history)), jitted, vmapped over the leading
@@ -150,13 +180,16 @@ def compile_members(train, mesh: Optional[Mesh], hooks=None) -> Tuple[Callable, 
     (agent.Hooks, or None) are closed over: they are host functions, static
     for jit. `diverged_at` (per member, -1: not diverged; default all -1)
     carries resumed members' divergence over. `run` donates the states
-    (replay buffers)."""
-    init = jax.vmap(train.init)
+    (replay buffers). A device's single member runs without the vmap
+    (over_members)."""
+    init = over_members(train.init)
+    if hooks is not None:
+        hooks = type(hooks)(*map(_member_axis, hooks))
 
     def run_member(state, start_chunk, member, diverged_at):
         return train.run(state, start_chunk, hooks, member, diverged_at)
 
-    members_run = jax.vmap(run_member, in_axes=(0, None, 0, 0))
+    members_run = over_members(run_member, in_axes=(0, None, 0, 0))
     if mesh is not None:
         m = P(AXIS)
         init = jax.shard_map(init, mesh=mesh, in_specs=(m, m), out_specs=m, check_vma=False)

@@ -342,3 +342,15 @@ def accelerator_args(*argv):
     p = argparse.ArgumentParser()
     accelerator.add_arguments(p)
     return p.parse_args(list(argv))
+
+
+def test_train_member_axis_times_one_member_both_ways():
+    """`train --member-axis`: per agent, one seed's run as the command line
+    compiles it and vmapped over a member axis of 1, both timed."""
+    r = _run("train", "--member-axis", "--quick", "--algos", "td3", "ppo", "--member-steps", "2048")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [ln for ln in r.stdout.splitlines() if re.match(r"\| (td3|ppo) \|", ln)]
+    assert [ln.split("|")[1].strip() for ln in rows] == ["td3", "ppo"], r.stdout
+    for ln in rows:
+        one, vmapped, ratio = (float(x.replace(",", "")) for x in ln.strip("|").split("|")[3:])
+        assert one > 0 and vmapped > 0 and ratio == pytest.approx(one / vmapped, abs=0.01), ln

@@ -6,6 +6,7 @@ results table; structural axes, indivisible member counts and runs too big
 to fit are refused with one line. Programs compiled: the 8-member init and
 run, the 1-member run (for all 8 separate runs) and, in a subprocess with 4
 devices, the sharded sweep."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -109,11 +110,17 @@ def test_each_member_agrees_with_its_own_separate_run(swept):
     compiled single-member program."""
     hps, s = swept["hps"], swept["states"]
     final = swept["history"]["eval/episode_return"][:, -1]
-    _, run = parallel.compile_members(td3.make_train(CONFIG), None)
+    logged = []
+    hooks = agent.Hooks(log=lambda lead, step, metrics, member: logged.append(
+        (lead, np.shape(metrics["eval/episode_return"]), np.asarray(member).tolist())),
+        checkpoint=lambda *a: None)
+    _, run = parallel.compile_members(td3.make_train(CONFIG), None, hooks)
     for m in range(8):
         one = jax.tree.map(lambda x: x[m:m + 1], swept["start"])
         np.testing.assert_array_equal(one.hp.tau, hps.tau[m:m + 1])
         s1, h1 = run(one, 0, np.array([m], np.int32))
+        # run without the vmap (over_members), its host calls still get the member axis
+        assert logged[-1] == ((1,), (1,), [m])
         s1 = jax.tree.map(np.asarray, s1)
         # warm-up: exact
         np.testing.assert_array_equal(s.replay.obs[m, :50], s1.replay.obs[0, :50])
@@ -123,6 +130,28 @@ def test_each_member_agrees_with_its_own_separate_run(swept):
                                            err_msg=f"member {m} {part}")
         np.testing.assert_allclose(final[m], np.asarray(h1["eval/episode_return"])[0, -1],
                                    rtol=RETURN_RTOL)
+
+
+def test_a_single_member_is_traced_without_the_vmap(swept):
+    """One member (one seed, the usual run) runs the agent's own unbatched
+    program: XLA compiles a batch of one slower (docs/throughput.md); two
+    members are vmapped. Traced only (eval_shape), not compiled."""
+    train = td3.make_train(CONFIG)
+    batched = []
+
+    def spy(state, *args):
+        batched.append(type(state.key).__name__ == "BatchTracer")  # vmap's tracer
+        return train.run(state, *args)
+
+    init, run = parallel.compile_members(dataclasses.replace(train, run=spy), None)
+    for n in (1, 2):
+        states = jax.eval_shape(init, swept["keys"][:n], jax.tree.map(lambda x: x[:n],
+                                                                      swept["hps"]))
+        assert jax.tree.leaves(states)[0].shape[0] == n
+        out, history = jax.eval_shape(run, states, 0, np.arange(n, dtype=np.int32))
+        assert jax.tree.map(lambda x: x.shape, out) == jax.tree.map(lambda x: x.shape, states)
+        assert history["eval/episode_return"].shape == (n, CONFIG.total_timesteps // 1000)
+    assert batched == [False, True]
 
 
 def test_sharded_sweep_agrees_with_unsharded(swept, sharded):

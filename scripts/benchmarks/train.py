@@ -65,6 +65,13 @@ def add_arguments(t) -> None:
                         "with the SimBa critic torso against the layer-normed MLP, at 256 envs "
                         "and 1 update per 16 env steps (the humanoid recipes' setting; "
                         "--efficiency-iters iterations per timing, 32 is enough)")
+    t.add_argument("--member-axis", action="store_true",
+                   help="only the member-axis table: each agent's one-seed run at its "
+                        "humanoid_walk recipe (--member-steps env steps), compiled as the "
+                        "command line compiles it (parallel.over_members: no vmap for a "
+                        "single member) and vmapped over a member axis of 1, timed in turn")
+    t.add_argument("--member-steps", type=int, default=16384,
+                   help="env steps per run of the member-axis table (at least one chunk)")
     t.add_argument("--quick", action="store_true",
                    help="smoke check: cartpole_balance, tiny nets, few steps")
 
@@ -78,6 +85,10 @@ def run(args) -> int:
         print_torso_table(torso_costs(args.algos, args.tasks,
                                       20 if args.quick else args.efficiency_iters,
                                       2 if args.quick else 3, args.quick))
+        return 0
+    if args.member_axis:
+        print_member_table(member_axis_costs(args.algos, args.member_steps,
+                                             2 if args.quick else 5, args.quick))
         return 0
     if args.quick:
         args.tasks, args.steps_1env, args.steps_many = ["cartpole_balance"], 300, 5120
@@ -109,14 +120,16 @@ def agent_config(algo: str, env: str, num_envs: int, total_timesteps: int, **ove
 def agent_throughput(algo: str, env: str, num_envs: int, total_timesteps: int,
                      num_seeds: int = 1, **overrides) -> Dict[str, float]:
     """Env steps/s of one compiled run (compile excluded; the final evaluation,
-    one episode unless overridden, is included), and its final eval return."""
+    one episode unless overridden, is included), and its final eval return.
+    The seeds are members as the command line runs them (parallel.over_members)."""
     import jax
+    from common import parallel
     mod, config = agent_config(algo, env, num_envs, total_timesteps, **overrides)
     config = dataclasses.replace(config, num_seeds=num_seeds)
     train = mod.make_train(config)
     keys = jax.random.split(jax.random.PRNGKey(0), num_seeds)
     t0 = time.perf_counter()
-    compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
+    compiled = jax.jit(parallel.over_members(train)).lower(keys).compile()
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     _, history = compiled(keys)
@@ -545,3 +558,51 @@ def print_torso_table(rows) -> None:
         print(f"{r['task']:<16} {r['agent']:<6} {r['torso']:<22} {r['ms_update']:>9.2f} "
               f"{r['ms_update'] / b['ms_update']:>5.2f}x {r['ms_loop']:>12.3f} "
               f"{r['ms_loop'] / b['ms_loop']:>5.2f}x")
+
+
+def member_axis_costs(algos, steps: int, repeats: int = 5, quick: bool = False) -> list:
+    """Per agent, env steps/s of one seed's whole run (compile excluded;
+    medians of `repeats` timings, the two programs in turn) at its
+    humanoid_walk recipe, compiled two ways: as the command line does
+    (parallel.over_members: the single member without a vmap) and vmapped
+    over a member axis of length 1 (how every run compiled before)."""
+    import jax
+    from common import parallel
+    task = "cartpole_balance" if quick else "humanoid_walk"
+    rows = []
+    for algo in algos:
+        spec = load_algo(algo).AGENT
+        recipe = {k: v for k, v in spec.defaults_for("humanoid_walk").items()
+                  if k not in ("total_timesteps", "eval_every", "checkpoint_every")}
+        if quick:
+            recipe.update(hidden_sizes=(16, 16), buffer_size=4096, batch_size=32)
+        num_envs = recipe.pop("num_envs", 256)
+        num_envs = min(num_envs, 16) if quick else num_envs
+        mod, config = agent_config(algo, task, num_envs, steps, learning_starts=4 * num_envs,
+                                   **recipe)
+        train = mod.make_train(config)
+        keys = jax.random.split(jax.random.PRNGKey(0), 1)
+        progs = {"one member": jax.jit(parallel.over_members(train)).lower(keys).compile(),
+                 "vmap over 1": jax.jit(jax.vmap(train)).lower(keys).compile()}
+        times = {name: [] for name in progs}
+        for _ in range(repeats):
+            for name, prog in progs.items():
+                t0 = time.perf_counter()
+                jax.block_until_ready(prog(keys))
+                times[name].append(time.perf_counter() - t0)
+        sps = {name: train.schedule.total_steps / float(np.median(t)) for name, t in times.items()}
+        rows.append(dict(agent=algo, task=task, envs=num_envs, **sps))
+        print(f"  {algo}: {sps['one member']:,.0f} env steps/s as one member, "
+              f"{sps['vmap over 1']:,.0f} vmapped over 1", flush=True)
+    return rows
+
+
+def print_member_table(rows) -> None:
+    from .accelerator import device_line
+    print(f"\nOne seed's run at its humanoid recipe on {device_line()}, env steps/s (compile "
+          f"excluded, medians; the final evaluation included):\n")
+    print("| agent | task | envs | as one member | vmapped over 1 | ratio |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['agent']} | {r['task']} | {r['envs']} | {r['one member']:,.0f} | "
+              f"{r['vmap over 1']:,.0f} | {r['one member'] / r['vmap over 1']:.2f} |")
