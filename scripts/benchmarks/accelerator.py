@@ -23,7 +23,7 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
-from .util import ROOT, git_commit, median, tool, write_json
+from .util import ROOT, device_line, git_commit, median, tool, write_json
 
 HELP = "the off-policy update taken apart on the accelerator, and the 10-minute runs"
 DOC = """`accelerator` mode, in three parts.
@@ -204,12 +204,6 @@ def run(args) -> int:
 
 
 # --------------------------------------------------------------------------- the update, apart
-
-def device_line() -> str:
-    import jax
-    d = jax.devices()[0]
-    return f"{d.platform} {d.device_kind} ({jax.device_count()} device(s)), {os.cpu_count()} cores"
-
 
 def scan_timer(body: Callable, carry, n: int, repeats: int, donate: bool = False) -> float:
     """Median seconds of one `body` call, from `repeats` jitted scans of `n`

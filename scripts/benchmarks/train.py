@@ -598,7 +598,7 @@ def member_axis_costs(algos, steps: int, repeats: int = 5, quick: bool = False) 
 
 
 def print_member_table(rows) -> None:
-    from .accelerator import device_line
+    from .util import device_line
     print(f"\nOne seed's run at its humanoid recipe on {device_line()}, env steps/s (compile "
           f"excluded, medians; the final evaluation included):\n")
     print("| agent | task | envs | as one member | vmapped over 1 | ratio |")

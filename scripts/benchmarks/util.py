@@ -24,6 +24,13 @@ def tool(name: str):
     return importlib.import_module(name)
 
 
+def device_line() -> str:
+    """The default JAX device, how many there are, and the host's cores."""
+    import jax
+    d = jax.devices()[0]
+    return f"{d.platform} {d.device_kind} ({jax.device_count()} device(s)), {os.cpu_count()} cores"
+
+
 def median(xs: List[float]) -> float:
     import numpy as np
     return float(np.median(xs)) if xs else float("nan")
