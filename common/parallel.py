@@ -148,8 +148,9 @@ def over_members(f: Callable, in_axes=0) -> Callable:
     axis has length 1 (one seed, the usual run; a device's one member of a
     sharded run): there f runs on the member itself and the axis is put back
     on its results. The results are the same to float rounding, but XLA
-    compiles a batch of one slower: on a CPU D4PG's humanoid iteration took
-    1.5 times as long vmapped over one member (docs/throughput.md)."""
+    compiles a batch of one slower: on a CPU the off-policy agents' one-seed
+    humanoid runs are 1.3 times faster without it (`python
+    scripts/benchmark.py train --member-axis`, docs/throughput.md)."""
     batched = jax.vmap(f, in_axes=in_axes)
 
     def call(*args):
