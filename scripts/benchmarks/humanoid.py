@@ -5,7 +5,7 @@ hours of one core per seed, beside Roxie's table and published 1M-step values.
 Runs (`plan`): every agent on humanoid_walk, seed 1; the best agents
 (BEST: D4PG, first at two hours, and TD4, second; DDPG, which led the
 recipe probes and whose second seed ran first; TD3, the promised command;
-MPO and SAC, added last) also seed 2; the best of them (BEST[0]) on
+MPO and SAC, then PPO, added last) also seed 2; the best of them (BEST[0]) on
 humanoid_stand and humanoid_run, seeds 1 and 2. Each run is the agent's own
 command line with its humanoid defaults (TASK_DEFAULTS in algos/<agent>.py),
 one seed per process, pinned to its own core, `--jobs` (2) at a time.
@@ -53,8 +53,8 @@ TASKS = ("humanoid_stand", "humanoid_walk", "humanoid_run")
 # At two hours, seed 1: D4PG 887 (935 seed 2), TD4 895, SAC 833, TD3 814, DDPG 672 (750).
 # DDPG led the recipe probes, so its second seed ran before the table said otherwise;
 # TD3's `python algos/td3.py --env humanoid_walk` is the command the README promises;
-# MPO and SAC (one seed each until 2026-12-07) ran their second seeds last
-BEST = ("d4pg", "td4", "ddpg", "td3", "mpo", "sac")
+# MPO and SAC (one seed each until 2026-12-07) ran their second seeds last, then PPO's
+BEST = ("d4pg", "td4", "ddpg", "td3", "mpo", "sac", "ppo")
 BUDGET_S = 7200          # one core, per seed
 EVALS = 12
 CALIBRATION = {"ppo": 1_048_576}  # env steps of a calibration run; off-policy: the default
