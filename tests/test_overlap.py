@@ -141,3 +141,31 @@ def test_replay_takes_each_step_one_iteration_later_and_nothing_else_changes(tmp
     checkpoint.save(path, on, {"algo": "d4pg"})
     with pytest.raises(UserError, match=r"does not match this configuration .*it has \.pending"):
         checkpoint.load(path, jax.eval_shape(init[False], jax.random.PRNGKey(0)), {"algo": "d4pg"})
+
+
+def test_split_times_report_physics_and_the_devices_wait(cartpole, monkeypatch, capsys):
+    """RL_SPLIT_TIMES=N: every N split steps one stderr line of medians
+    (physics, when the device asked for the results, how long it waited);
+    results unchanged. Without it the worker returns the plain results."""
+    from common.envs import native
+    env = cartpole
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    acts = jnp.zeros((6, 3, env.action_size))
+
+    @jax.jit
+    def run(keys, acts):
+        def body(s, a):
+            s, out = env.step_while(s, a, None, lambda x: x + 1.0, jnp.zeros(()))
+            return s, out
+        return jax.lax.scan(body, jax.vmap(env.reset)(keys), acts)
+
+    plain = jax.block_until_ready(run(keys, acts))
+    assert capsys.readouterr().err.count("split step") == 0
+    monkeypatch.setattr(native, "_SPLIT_TIMES", native.SplitTimes(3))
+    timed = jax.block_until_ready(run.lower(keys, acts).compile()(keys, acts))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("split step")]
+    assert len(lines) == 2, lines   # 6 steps, a line every 3
+    physics = float(lines[0].split("physics ")[1].split(" ms")[0])
+    assert physics > 0 and "waited" in lines[0] and "asked after the physics ended in" in lines[0]
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(timed)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -29,7 +29,9 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import os
+import sys
 import threading
+import time
 from typing import Dict, Sequence, Tuple
 
 import jax
@@ -53,6 +55,43 @@ BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQV
 MAXVAL = 1e10  # mjMAXVAL: mj_checkPos/mj_checkVel reject a state beyond it
 VEL = int(mujoco.mjtStage.mjSTAGE_VEL)
 SPLIT_MIN = 64  # smaller batches do the observation stage in the step's own call
+
+
+class SplitTimes:
+    """Where a split step's time goes (RL_SPLIT_TIMES=N in the environment):
+    for each step_start/step_finish pair, the physics on the host and how
+    long the device took to ask for the results after the start (its work
+    in between: the overlapped updates) and then waited for them. Every N
+    steps one line of medians over those N goes to stderr. A diagnostic for
+    --overlap-physics: when the device asks after the physics is done, the
+    updates are what the loop waits for."""
+
+    def __init__(self, every: int):
+        self.every, self.rows, self.lock = every, [], threading.Lock()
+
+    def timed(self, step):
+        def run(*args):
+            begin = time.perf_counter()
+            out = step(*args)
+            return out, (begin, time.perf_counter())
+        return run
+
+    def add(self, begin, end, called, returned):
+        with self.lock:
+            self.rows.append((end - begin, called - begin, returned - called))
+            if len(self.rows) < self.every:
+                return
+            physics, asked, waited = (1e3 * np.median(c) for c in zip(*self.rows))
+            late = np.mean([r[1] > r[0] for r in self.rows])
+            self.rows = []
+        print(f"\nsplit step ({self.every}): physics {physics:.2f} ms, device asked after "
+              f"{asked:.2f} ms, waited {waited:.2f} ms; asked after the physics ended in "
+              f"{late:.0%}", file=sys.stderr, flush=True)
+
+
+_SPLIT_TIMES = (SplitTimes(int(os.environ["RL_SPLIT_TIMES"]))
+                if os.environ.get("RL_SPLIT_TIMES", "").isdigit()
+                and int(os.environ["RL_SPLIT_TIMES"]) > 0 else None)
 
 # mjData fields of the position and velocity stages that depend neither on
 # constraints (contacts, limits, equalities) nor on passive forces, so that the
@@ -270,19 +309,25 @@ class NativePhysics:
         """host_step on a worker thread; returns at once with the step's
         ticket (int32, shaped like the batch) for host_finish."""
         args = np.array(bits), np.array(action)  # copies: the buffers outlive no call
+        step = self.host_step if _SPLIT_TIMES is None else _SPLIT_TIMES.timed(self.host_step)
         with self._lock:
             if self._worker is None:
                 self._worker = concurrent.futures.ThreadPoolExecutor(
                     1, thread_name_prefix="native-physics")
             ticket = next(self._tickets) % 2 ** 31
-            self._jobs[ticket] = self._worker.submit(self.host_step, *args)
+            self._jobs[ticket] = self._worker.submit(step, *args)
         return np.full(bits.shape[:-1], ticket, np.int32)
 
     def host_finish(self, ticket: np.ndarray):
         """host_step's results of the step host_start gave `ticket`, once done."""
         with self._lock:
             job = self._jobs.pop(int(np.asarray(ticket).reshape(-1)[0]))
-        return job.result()
+        if _SPLIT_TIMES is None:
+            return job.result()
+        called = time.perf_counter()
+        result, times = job.result()
+        _SPLIT_TIMES.add(*times, called, time.perf_counter())
+        return result
 
     def host_forward(self, bits: np.ndarray):
         """Fields of given states after dm_control's reset-time mj_forward."""
