@@ -60,8 +60,8 @@ SPLIT_MIN = 64  # smaller batches do the observation stage in the step's own cal
 class SplitTimes:
     """Where a split step's time goes (RL_SPLIT_TIMES=N in the environment):
     for each step_start/step_finish pair, the physics on the host and how
-    long the device took to ask for the results after the start (its work
-    in between: the overlapped updates) and then waited for them. Every N
+    long after the start the device asked for the results (its work in
+    between: the overlapped updates) and then waited for them. Every N
     steps one line of medians over those N goes to stderr. A diagnostic for
     --overlap-physics: when the device asks after the physics is done, the
     updates are what the loop waits for."""
@@ -70,28 +70,31 @@ class SplitTimes:
         self.every, self.rows, self.lock = every, [], threading.Lock()
 
     def timed(self, step):
+        """`step` for the worker, called at the start: returns its results
+        with (start, physics begin, physics end)."""
+        start = time.perf_counter()
+
         def run(*args):
             begin = time.perf_counter()
             out = step(*args)
-            return out, (begin, time.perf_counter())
+            return out, (start, begin, time.perf_counter())
         return run
 
-    def add(self, begin, end, called, returned):
+    def add(self, start, begin, end, called, returned):
         with self.lock:
-            self.rows.append((end - begin, called - begin, returned - called))
+            self.rows.append((end - begin, called - start, returned - called, called > end))
             if len(self.rows) < self.every:
                 return
-            physics, asked, waited = (1e3 * np.median(c) for c in zip(*self.rows))
-            late = np.mean([r[1] > r[0] for r in self.rows])
+            physics, asked, waited, late = (np.mean(c) if i == 3 else 1e3 * np.median(c)
+                                            for i, c in enumerate(zip(*self.rows)))
             self.rows = []
         print(f"\nsplit step ({self.every}): physics {physics:.2f} ms, device asked after "
               f"{asked:.2f} ms, waited {waited:.2f} ms; asked after the physics ended in "
               f"{late:.0%}", file=sys.stderr, flush=True)
 
 
-_SPLIT_TIMES = (SplitTimes(int(os.environ["RL_SPLIT_TIMES"]))
-                if os.environ.get("RL_SPLIT_TIMES", "").isdigit()
-                and int(os.environ["RL_SPLIT_TIMES"]) > 0 else None)
+_EVERY = os.environ.get("RL_SPLIT_TIMES", "")
+_SPLIT_TIMES = SplitTimes(int(_EVERY)) if _EVERY.isdigit() and int(_EVERY) > 0 else None
 
 # mjData fields of the position and velocity stages that depend neither on
 # constraints (contacts, limits, equalities) nor on passive forces, so that the
