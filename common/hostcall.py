@@ -24,8 +24,9 @@ long time is stuck).
 """
 from __future__ import annotations
 
+import math
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,16 +45,71 @@ def last_call() -> float:
 
 class _Fn:
     """fn with its argument structure and result shapes, hashable by identity
-    (a primitive parameter)."""
+    (a primitive parameter). `packed`: the (shape, dtype) of each argument
+    leaf when they come as one uint32 array, and `results` the shapes fn
+    returns, sent back as one uint32 array (`shapes`)."""
 
-    def __init__(self, fn: Callable, treedef, shapes: Sequence[jax.ShapeDtypeStruct]):
+    def __init__(self, fn: Callable, treedef, shapes: Sequence[jax.ShapeDtypeStruct],
+                 packed: Optional[Sequence[tuple]] = None,
+                 results: Optional[Sequence[jax.ShapeDtypeStruct]] = None):
         self.fn, self.treedef, self.shapes = fn, treedef, tuple(shapes)
+        self.packed, self.results = packed, results
 
     def __call__(self, *flat):
         _last[0] = time.monotonic()
+        if self.packed is not None:
+            flat = _unpack_host(flat[0], self.packed)
         out = self.fn(*jax.tree.unflatten(self.treedef, flat))
         out = out if isinstance(out, (tuple, list)) else (out,)
-        return tuple(np.asarray(o, s.dtype) for o, s in zip(out, self.shapes))
+        if self.results is None:
+            return tuple(np.asarray(o, s.dtype) for o, s in zip(out, self.shapes))
+        return (_pack_host([np.asarray(o, s.dtype) for o, s in zip(out, self.results)],
+                           self.results),)
+
+
+# Packing (call(..., pack=True)): every argument leaf, and every result, as
+# 32-bit words in one uint32 array. Each operand of a host call is a
+# transfer of its own, and on a TPU each cost D4PG's loop 0.13 ms or more
+# however small (a profile: docs/accelerator.md), so a call with several
+# small operands is cheaper as one.
+def _packable(dtype) -> bool:
+    dtype = np.dtype(dtype)
+    return dtype == np.bool_ or (dtype.itemsize <= 4 and dtype.kind in "iuf"
+                                 and (dtype.kind != "f" or dtype.itemsize == 4))
+
+
+def _words(a: jnp.ndarray) -> jnp.ndarray:
+    if a.dtype.itemsize == 4 and a.dtype != jnp.bool_:
+        return jax.lax.bitcast_convert_type(a, jnp.uint32).reshape(-1)
+    return a.astype(jnp.uint32).reshape(-1)  # bool and narrower integers: by value
+
+
+def _from_words(w, shape, dtype, bitcast):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return (w != 0).reshape(shape)
+    if dtype.itemsize == 4:
+        return bitcast(w, dtype).reshape(shape)
+    return w.astype(dtype).reshape(shape)
+
+
+def _split(words, specs):
+    lead, k = words.shape[:-1], 0
+    for shape, dtype in specs:
+        n = math.prod(shape)
+        yield lead, words[..., k:k + n], shape, dtype
+        k += n
+
+
+def _unpack_host(words: np.ndarray, specs) -> list:
+    return [_from_words(w, lead + tuple(shape), dtype, lambda w, d: w.view(d))
+            for lead, w, shape, dtype in _split(words, specs)]
+
+
+def _pack_host(out: list, shapes) -> np.ndarray:
+    lead = out[0].shape[:out[0].ndim - len(shapes[0].shape)]
+    return np.concatenate([(o.view(np.uint32) if o.dtype.itemsize == 4 and o.dtype != np.bool_
+                            else o.astype(np.uint32)).reshape(*lead, -1) for o in out], -1)
 
 
 host_p = Primitive("host_call")
@@ -92,11 +148,26 @@ def _batch(args, dims, *, fn: _Fn, lead: tuple):
 batching.primitive_batchers[host_p] = _batch
 
 
-def call(fn: Callable[..., Any], result_shapes, *args):
+def call(fn: Callable[..., Any], result_shapes, *args, pack: bool = False):
     """fn(*args as numpy pytrees) -> arrays shaped like `result_shapes` (one
-    ShapeDtypeStruct or a tuple of them); with leading batch axes under vmap."""
+    ShapeDtypeStruct or a tuple of them); with leading batch axes under vmap.
+    pack: the arguments go to the host as one array and the results come
+    back as one (bool, integers and float32 only; the same values, fewer
+    transfers): for calls with several small operands made often."""
     single = isinstance(result_shapes, jax.ShapeDtypeStruct)
     shapes = (result_shapes,) if single else tuple(result_shapes)
     flat, treedef = jax.tree.flatten(args)
-    out = host_p.bind(*(jnp.asarray(a) for a in flat), fn=_Fn(fn, treedef, shapes), lead=())
-    return out[0] if single else tuple(out)
+    flat = [jnp.asarray(a) for a in flat]
+    if not pack:
+        out = host_p.bind(*flat, fn=_Fn(fn, treedef, shapes), lead=())
+        return out[0] if single else tuple(out)
+    if not all(_packable(a.dtype) for a in flat) or not all(_packable(s.dtype) for s in shapes):
+        raise TypeError("hostcall.call(pack=True) takes bool, integer and float32 arrays only")
+    words = jnp.concatenate([_words(a) for a in flat]) if flat else jnp.zeros(0, jnp.uint32)
+    total = sum(math.prod(s.shape) for s in shapes)
+    packed = _Fn(fn, treedef, (jax.ShapeDtypeStruct((total,), jnp.uint32),),
+                 packed=[(a.shape, a.dtype) for a in flat], results=shapes)
+    back, = host_p.bind(words, fn=packed, lead=())
+    out = tuple(_from_words(w, shape, dtype, jax.lax.bitcast_convert_type)
+                for _, w, shape, dtype in _split(back, [(s.shape, s.dtype) for s in shapes]))
+    return out[0] if single else out

@@ -30,15 +30,16 @@ import numpy as np
 from common import hostcall
 
 
-def host_call(fn: Callable[..., None], *args) -> jnp.ndarray:
-    """Run fn(lead_shape, *numpy_args) on the host; returns a token (0)."""
+def host_call(fn: Callable[..., None], *args, pack: bool = False) -> jnp.ndarray:
+    """Run fn(lead_shape, *numpy_args) on the host; returns a token (0).
+    pack: hostcall.call's (for small arguments)."""
     probe = jnp.zeros((), jnp.int32)
 
     def host(probe, *a):
         fn(probe.shape, *a)
         return np.zeros(probe.shape, np.int32)
 
-    return hostcall.call(host, jax.ShapeDtypeStruct((), jnp.int32), probe, *args)
+    return hostcall.call(host, jax.ShapeDtypeStruct((), jnp.int32), probe, *args, pack=pack)
 
 
 def run_name(env: str, algo: str, seed: int, stamp: int) -> str:
