@@ -289,7 +289,7 @@ def make_runner(schedule: Schedule, iteration: Callable, evaluate: Callable) -> 
             metrics["stats/diverged_at"] = jnp.where(diverged, diverged_at.astype(jnp.float32),
                                                      nan)
             if hooks is not None:
-                token = token + host_call(hooks.log, step, metrics, *extra, pack=True)
+                token = token + host_call(hooks.log, step, metrics, *extra, pack=None)
                 is_ckpt = last | ((schedule.checkpoint_every > 0)
                                   & ((c + 1) % max(schedule.checkpoint_every, 1) == 0))
                 token = token + jax.lax.cond(

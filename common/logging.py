@@ -30,7 +30,7 @@ import numpy as np
 from common import hostcall
 
 
-def host_call(fn: Callable[..., None], *args, pack: bool = False) -> jnp.ndarray:
+def host_call(fn: Callable[..., None], *args, pack: Optional[bool] = False) -> jnp.ndarray:
     """Run fn(lead_shape, *numpy_args) on the host; returns a token (0).
     pack: hostcall.call's (for small arguments)."""
     probe = jnp.zeros((), jnp.int32)

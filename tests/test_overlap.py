@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from common import envs
+from common import envs, hostcall
 
 OFF_POLICY = ("ddpg", "td3", "d4pg", "td4", "sac", "mpo")
 
@@ -19,9 +19,12 @@ def cartpole():
     return envs.make("cartpole_balance", "native", pool_size=16)
 
 
-def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeypatch):
+@pytest.mark.parametrize("packed", [False, True])
+def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeypatch, packed):
     """Nested vmap (seeds x envs): one start and one finish host call per
-    step, the same states as vmap(step), and fn's result."""
+    step, the same states as vmap(step), and fn's result. packed: as on an
+    accelerator, each host call's operands packed into one array each way
+    (hostcall.call(pack=None)), against the unpacked step."""
     env, calls = cartpole, []
     for name in ("host_start", "host_finish"):
         orig = getattr(env.native, name)
@@ -45,6 +48,10 @@ def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeyp
                             (reset(keys), jnp.zeros(seeds)), acts)[0]
 
     ref = plain(keys, acts)
+    monkeypatch.setattr(hostcall, "packs_by_default", lambda: packed)
+    operands = [(len(e.invars), len(e.outvars))
+                for e in _nested_host_calls(jax.make_jaxpr(split)(keys, acts).jaxpr)]
+    assert operands == ([(1, 1)] * 2 if packed else [(2, 1), (1, 3)]), operands
     out, counted = split(keys, acts)
     for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(out)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -52,6 +59,16 @@ def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeyp
     assert [c[0] for c in calls] == ["host_start", "host_finish"] * steps, calls
     assert all(shape[:2] == (seeds, n) for _, shape in calls), calls
     assert not env.native._jobs  # every started step was taken
+
+
+def _nested_host_calls(jaxpr):
+    for e in jaxpr.eqns:
+        if e.primitive.name == "host_call":
+            yield e
+        for p in e.params.values():
+            sub = getattr(p, "jaxpr", p)
+            if hasattr(sub, "eqns"):
+                yield from _nested_host_calls(sub)
 
 
 def _host_calls(jaxpr, name):

@@ -345,12 +345,14 @@ class NativePhysics:
         return fields.reshape(*lead, self.nfield)
 
     # -- JAX side ----------------------------------------------------------
+    # pack=None: the operands of a step's host calls go packed, one array each way,
+    # where the program runs off the host (hostcall: each operand is a transfer)
     def step(self, bits: jnp.ndarray, action: jnp.ndarray):
         lead = bits.shape[:-1]
         shapes = (jax.ShapeDtypeStruct(bits.shape, jnp.uint32),
                   jax.ShapeDtypeStruct((*lead, self.nfield), jnp.float32),
                   jax.ShapeDtypeStruct(lead, jnp.bool_))
-        return hostcall.call(self.host_step, shapes, bits, action.astype(jnp.float32), pack=True)
+        return hostcall.call(self.host_step, shapes, bits, action.astype(jnp.float32), pack=None)
 
     def step_start(self, bits: jnp.ndarray, action: jnp.ndarray) -> jnp.ndarray:
         """`step` in two calls: this one hands the batch to a host thread and
@@ -358,14 +360,14 @@ class NativePhysics:
         the device computes between the two (made to depend on the ticket, and
         step_finish's input on it) runs while the host steps the physics."""
         shape = jax.ShapeDtypeStruct(bits.shape[:-1], jnp.int32)
-        return hostcall.call(self.host_start, shape, bits, action.astype(jnp.float32), pack=True)
+        return hostcall.call(self.host_start, shape, bits, action.astype(jnp.float32), pack=None)
 
     def step_finish(self, ticket: jnp.ndarray):
         lead = ticket.shape
         shapes = (jax.ShapeDtypeStruct((*lead, 2 * self.nstate), jnp.uint32),
                   jax.ShapeDtypeStruct((*lead, self.nfield), jnp.float32),
                   jax.ShapeDtypeStruct(lead, jnp.bool_))
-        return hostcall.call(self.host_finish, shapes, ticket, pack=True)
+        return hostcall.call(self.host_finish, shapes, ticket, pack=None)
 
     def forward(self, bits: jnp.ndarray) -> jnp.ndarray:
         shape = jax.ShapeDtypeStruct((*bits.shape[:-1], self.nfield), jnp.float32)
