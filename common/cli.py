@@ -395,6 +395,7 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
     that fails leaves no run directory behind."""
     from common import parallel
     mesh, resumed = plan.mesh, states is not None
+    profile = Profile.from_env()
     created = not os.path.exists(run_dir)
     logger, hooks = open_run(spec, plan, train, run_dir)
     ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
@@ -411,7 +412,8 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
             diverged_at = parallel.put(np.asarray(diverged_at, np.int32), mesh, plan.num_members,
                                        parallel.local_members(mesh, plan.num_members))
         with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)), \
-                Interrupt(logger.busy, logger.close, lambda sig: _interrupted(sig, ckpt_path)):
+                Interrupt(logger.busy, logger.close, lambda sig: _interrupted(sig, ckpt_path)), \
+                profile:
             states, history = run(states, start_chunk, members, diverged_at)
             jax.block_until_ready(states)
     except BaseException:
@@ -508,6 +510,54 @@ class Watchdog:
     def __enter__(self):
         if self.timeout > 0:
             threading.Thread(target=self._watch, daemon=True, name="watchdog").start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+
+
+PROFILE_VAR = "RL_PROFILE"
+
+
+class Profile:
+    """$RL_PROFILE=AT,SECONDS,DIR: a jax.profiler trace of SECONDS, started AT
+    seconds after the run's first host call (so after its compile), written
+    under DIR (`python scripts/benchmark.py accelerator profile` sets it and
+    summarises the trace). Off when unset. The trace's collection takes host
+    time: the run is slower while it lasts and for a while after."""
+
+    def __init__(self, setting: str):
+        try:
+            at, seconds, self.dir = setting.split(",", 2)
+            self.at, self.seconds = float(at), float(seconds)
+        except ValueError:
+            self.at = self.seconds = -1.0
+        if min(self.at, self.seconds) < 0 or self.seconds == 0:
+            raise UserError(f"${PROFILE_VAR} must be AT,SECONDS,DIR (seconds after the run's "
+                            f"first host call, seconds of trace, its folder), got {setting!r}")
+        self.stop = threading.Event()
+
+    @classmethod
+    def from_env(cls):
+        setting = os.environ.get(PROFILE_VAR, "")
+        return cls(setting) if setting else contextlib.nullcontext()
+
+    def _take(self) -> None:
+        from common import hostcall
+        start = time.monotonic()
+        while hostcall.last_call() < start:
+            if self.stop.wait(0.05):
+                return
+        if self.stop.wait(self.at):
+            return
+        jax.profiler.start_trace(self.dir)
+        self.stop.wait(self.seconds)
+        jax.profiler.stop_trace()
+        print(f"\nprofile: a {self.seconds:g} s trace is in {self.dir}", file=sys.stderr,
+              flush=True)
+
+    def __enter__(self):
+        threading.Thread(target=self._take, daemon=True, name="profile").start()
         return self
 
     def __exit__(self, *exc) -> None:

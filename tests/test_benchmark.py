@@ -1,5 +1,6 @@
 """scripts/benchmark.py runs end to end (smoke check only: timed assertions do
 not belong in tests)."""
+import glob
 import os
 import re
 import subprocess
@@ -238,6 +239,21 @@ def test_accelerator_split_probe_times_physics_work_and_both():
     physics, work, in_order, split = (float(x) for x in row.strip("|").split("|")[1:])
     assert min(physics, work, in_order, split) > 0, row
     assert "mlp" not in r.stdout
+
+
+def test_accelerator_profile_traces_a_running_command_and_summarises_it(tmp_path):
+    """RL_PROFILE through the agent's own command: the run takes the trace
+    after its compile, the runner stops it and reads the compiled program's
+    ops (the CPU's XLA threads here, the device's op line on a chip)."""
+    r = _run("accelerator", "profile", "--quick", "--algos", "td3", "--profile-at", "1",
+             "--profile-seconds", "0.3", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "python algos/td3.py --env cartpole_balance, a 0.3 s trace from 1 s:" in r.stdout
+    ops = re.findall(r"^\s+([\d.]+) ms\s+(\d+)x  (\S+)", r.stdout, re.M)
+    assert any(name.startswith("while") and float(ms) > 0 for ms, _, name in ops), r.stdout
+    assert any("host_call" in name for _, _, name in ops), r.stdout  # the physics' callbacks
+    assert len(glob.glob(str(tmp_path / "profiles" / "*" / "**" / "*.trace.json.gz"),
+                         recursive=True)) == 1
 
 
 def test_accelerator_table_reads_the_last_evaluation_within_each_mark(tmp_path):

@@ -426,3 +426,16 @@ def test_member_m_of_a_multi_seed_run_is_the_single_run_of_seed_plus_m(tmp_path)
         np.testing.assert_allclose(np.asarray(x)[1], np.asarray(y)[0], rtol=1e-5, atol=1e-7)
     (run_a,) = list((tmp_path / "a").iterdir())
     assert sorted(p.name for p in run_a.iterdir() if p.is_dir()) == ["seed_1", "seed_2"]
+
+
+@pytest.mark.parametrize("setting", ["110,0.4", "x,0.4,/tmp/p", "5,0,/tmp/p"])
+def test_a_bad_profile_setting_is_one_line_and_exit_2_before_any_run_directory(setting, tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", RL_PROFILE=setting)
+    argv = ["--env", "cartpole_balance", "--num-envs", "2", "--total-timesteps", "2000",
+            "--learning-starts", "100", "--log-dir", str(tmp_path)]
+    out = subprocess.run([sys.executable, "algos/td3.py", *argv], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert "RL_PROFILE must be AT,SECONDS,DIR" in line
+    assert not list(tmp_path.iterdir())

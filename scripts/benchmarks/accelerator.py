@@ -90,7 +90,7 @@ QUICK_FLAGS = ["--num-envs", "4", "--hidden-sizes", "16", "16", "--batch-size", 
 
 
 def add_arguments(p) -> None:
-    p.add_argument("part", choices=("update", "runs", "seeds", "report"))
+    p.add_argument("part", choices=("update", "runs", "seeds", "report", "profile"))
     p.add_argument("--algos", nargs="+", default=None,
                    help="agents (update: the off-policy six; runs: all seven)")
     p.add_argument("--task", default="humanoid_walk")
@@ -116,6 +116,10 @@ def add_arguments(p) -> None:
                    help="seeds: --num-seeds of each program")
     p.add_argument("--seed-minutes", type=float, default=3.0,
                    help="seeds: wall-clock per program, compile included")
+    p.add_argument("--profile-at", type=float, default=110.0,
+                   help="profile: seconds after the run's first host call (its compile done)")
+    p.add_argument("--profile-seconds", type=float, default=0.4,
+                   help="profile: length of the trace (its file: 15-30 MB per second on a TPU)")
     p.add_argument("--out", default=None,
                    help="runs: where the JSONs go (default docs/results/accelerator)")
     p.add_argument("--quick", action="store_true",
@@ -179,6 +183,13 @@ def run(args) -> int:
             with cli.matmul_precision():  # as the runs compile it (highest on a TPU)
                 rows = agent_rows(algos, args, 4 if args.quick else args.loop_iters)
             print(agents_table(rows))
+        return 0
+    if args.part == "profile":
+        task = "cartpole_balance" if args.quick else args.task
+        for algo in args.algos or ["d4pg"]:
+            print(profile_run(task, algo, args.flags.split(), args.profile_at,
+                              args.profile_seconds, args.out or os.path.join(ROOT, "bench"),
+                              args.quick), flush=True)
         return 0
     if args.part == "seeds":
         task = "cartpole_balance" if args.quick else args.task
@@ -652,6 +663,82 @@ def stopped_output(cmd: List[str], seconds: float) -> str:
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.communicate()[0]
+
+
+def profile_run(task: str, algo: str, flags: List[str], at: float, seconds: float, out: str,
+                quick: bool) -> str:
+    """The agent's command with --flags under $RL_PROFILE (common/cli.Profile),
+    stopped once its trace is written; returns trace_summary's text of it
+    (the trace itself stays under `out`)."""
+    trace_dir = os.path.join(out, "profiles", f"{task}__{algo}__{time.strftime('%Y%m%d-%H%M%S')}")
+    cmd = run_command(task, algo, 500_000, flags, QUICK_FLAGS if quick and algo != "ppo" else [])
+    env = dict(os.environ, RL_PROFILE=f"{at},{seconds},{trace_dir}")
+    proc = subprocess.Popen(cmd + ["--log-dir", os.path.join(out, "profiles", "runs")], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # the run says when the trace is written
+        if line.startswith("profile: "):
+            break
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    traces = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
+    if not traces:
+        return f"{task} {algo}: no trace (the run ended before {at:g} s of running?)"
+    return f"{shown_command(cmd)}, a {seconds:g} s trace from {at:g} s:\n" + \
+        trace_summary(max(traces, key=os.path.getmtime))
+
+
+def trace_summary(path: str, top: int = 12) -> str:
+    """A jax.profiler trace (*.trace.json.gz) read per timeline (process,
+    thread): its busy time and its `top` ops by total time (an op's time
+    includes the ops nested in it); on a device's op line also the time in
+    host-transfer ops (send-done, recv-done: waiting for a host call's
+    operands or results), and the period of its longest repeated top-level
+    op (a chunk of the run)."""
+    import collections
+    import gzip
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    names = {(e["pid"], e.get("tid") if e["name"] == "thread_name" else None): e["args"]["name"]
+             for e in events if e.get("ph") == "M" and e["name"] in ("process_name", "thread_name")}
+    lines = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and "dur" in e:
+            key = names.get((e["pid"], None), "?"), names.get((e["pid"], e.get("tid")), "?")
+            lines[key].append(e)
+    out = []
+    for (proc, thread), ops in sorted(lines.items(), key=lambda kv: -sum(e["dur"] for e in kv[1])):
+        ops.sort(key=lambda e: (e["ts"], -e["dur"]))
+        busy, end, tops = 0.0, -float("inf"), []
+        for e in ops:  # merged busy time; the ops not inside another
+            if e["ts"] >= end:
+                tops.append(e)
+            busy += max(0.0, e["ts"] + e["dur"] - max(e["ts"], end))
+            end = max(end, e["ts"] + e["dur"])
+        span = end - ops[0]["ts"]
+        out.append(f"{proc} / {thread}: {len(ops)} ops, busy {busy / 1e3:.1f} of "
+                   f"{span / 1e3:.1f} ms")
+        total = collections.Counter()
+        for e in ops:
+            total[e["name"]] += e["dur"]
+        count = collections.Counter(e["name"] for e in ops)
+        out += [f"  {d / 1e3:9.2f} ms {count[n]:6d}x  {n[:90]}" for n, d in total.most_common(top)]
+        if "/device:" in proc and thread == "XLA Ops":
+            xfer = sum(d for n, d in total.items() if n.startswith(("send-done", "recv-done")))
+            longest = collections.Counter()
+            for e in tops:
+                longest[e["name"]] += e["dur"]
+            line = f"  host-transfer ops {xfer / 1e3:.2f} ms"
+            if longest:
+                name = longest.most_common(1)[0][0]
+                starts = [e["ts"] for e in tops if e["name"] == name]
+                if len(starts) > 2:
+                    line += (f"; {name} repeats every {np.median(np.diff(starts)) / 1e3:.2f} ms "
+                             f"(median of {len(starts) - 1})")
+            out.append(line)
+    return "\n".join(out)
 
 
 def run_command(task: str, algo: str, eval_every: int, flags: List[str],
