@@ -348,11 +348,40 @@ def starting_point(spec: agent.Agent, plan: Plan, train: agent.Train,
     return header["run_dir"], states, start_chunk
 
 
+class Saver:
+    """Writes checkpoints on a thread of its own, one at a time and in order,
+    while the device trains on: a TPU run waited 2-2.5 s on each write of its
+    350 MiB state, every 1M env steps (docs/accelerator.md). Each write holds
+    `writing` (not the logger's lock: the chunks' logs go on meanwhile), so
+    that Interrupt waits for one under way; a write still queued when the
+    process is stopped is not made, and the checkpoint before it stays
+    (checkpoint.save replaces the file whole)."""
+
+    def __init__(self):
+        import concurrent.futures
+        self.writing, self.last = threading.Lock(), None
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
+
+    def _locked(self, write: Callable[[], None]) -> None:
+        with self.writing:
+            write()
+
+    def submit(self, write: Callable[[], None]) -> None:
+        self.wait()
+        self.last = self.pool.submit(self._locked, write)
+
+    def wait(self) -> None:
+        """Until the last write is made (its error, if any, raised)."""
+        if self.last is not None:
+            self.last.result()
+
+
 def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
-             run_dir: str) -> Tuple[RunLogger, agent.Hooks]:
-    """The run directory's logger (a TensorBoard stream per local member) and
+             run_dir: str) -> Tuple[RunLogger, agent.Hooks, Saver]:
+    """The run directory's logger (a TensorBoard stream per local member),
     the hooks that log and checkpoint into it, each call gathered from the
-    shards of all devices first (parallel.Gather)."""
+    shards of all devices first (parallel.Gather), and the Saver that writes
+    the checkpoints."""
     from common import parallel, sweep
     config = plan.config
     local = parallel.local_members(plan.mesh, plan.num_members)
@@ -369,22 +398,26 @@ def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
         with logger.busy:
             logger.write(step, metrics)
 
-    def save(chunk, members, state_and_diverged):
+    saver = Saver()
+
+    def save(chunk, members, state_and_diverged):  # state: Gather's own copies
         state, diverged_at = state_and_diverged
-        with logger.busy:
-            ckpt.save(ckpt_path, state, {"algo": spec.name, "env": config.env,
-                                         "num_seeds": config.num_seeds, "chunk": chunk,
-                                         "run_dir": run_dir, "sweep": plan.sweep_meta,
-                                         "members": members.tolist(),
-                                         # per member: the env step it diverged at, -1: none
-                                         "diverged_at": diverged_at.tolist(),
-                                         "config": dataclasses.asdict(config)})
+        header = {"algo": spec.name, "env": config.env, "num_seeds": config.num_seeds,
+                  "chunk": chunk, "run_dir": run_dir, "sweep": plan.sweep_meta,
+                  "members": members.tolist(),
+                  # per member: the env step it diverged at, -1: none
+                  "diverged_at": diverged_at.tolist(), "config": dataclasses.asdict(config)}
+        saver.submit(lambda: ckpt.save(ckpt_path, state, header))
 
     gather_log, gather_save = parallel.Gather(log, local), parallel.Gather(save, local)
+
+    def checkpoint(lead, chunk, state, diverged_at, member):
+        saver.wait()  # the last write done before Gather copies the next state: one copy at most
+        gather_save(chunk, member, (state, diverged_at))
+
     hooks = agent.Hooks(lambda lead, step, metrics, member: gather_log(step, member, metrics),
-                        lambda lead, chunk, state, diverged_at, member:
-                        gather_save(chunk, member, (state, diverged_at)))
-    return logger, hooks
+                        checkpoint)
+    return logger, hooks, saver
 
 
 def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: str, states,
@@ -397,7 +430,7 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
     mesh, resumed = plan.mesh, states is not None
     profile = Profile.from_env()
     created = not os.path.exists(run_dir)
-    logger, hooks = open_run(spec, plan, train, run_dir)
+    logger, hooks, saver = open_run(spec, plan, train, run_dir)
     ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
     init, run = parallel.compile_members(train, mesh, hooks)
     try:
@@ -412,11 +445,17 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
             diverged_at = parallel.put(np.asarray(diverged_at, np.int32), mesh, plan.num_members,
                                        parallel.local_members(mesh, plan.num_members))
         with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)), \
-                Interrupt(logger.busy, logger.close, lambda sig: _interrupted(sig, ckpt_path)), \
+                Interrupt(Locks(logger.busy, saver.writing), logger.close,
+                          lambda sig: _interrupted(sig, ckpt_path)), \
                 profile:
             states, history = run(states, start_chunk, members, diverged_at)
             jax.block_until_ready(states)
+            saver.wait()
     except BaseException:
+        try:  # a failed run still writes the good checkpoint it handed over
+            saver.wait()
+        except Exception:
+            pass
         logger.close()
         if created and not resumed and not os.path.exists(ckpt_path):
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -564,6 +603,22 @@ class Profile:
         self.stop.set()
 
 
+class Locks:
+    """Several locks taken as one, in order."""
+
+    def __init__(self, *locks: threading.Lock):
+        self.locks = locks
+
+    def __enter__(self):
+        for lock in self.locks:
+            lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for lock in reversed(self.locks):
+            lock.release()
+
+
 class Interrupt:
     """Ctrl-C (SIGINT) or SIGTERM while the compiled run executes. The main
     thread waits inside XLA and would act on a signal only when the whole run
@@ -571,14 +626,14 @@ class Interrupt:
     overlapped run (--overlap-physics) kept running after it with its last
     chunk broken. Python's C-level handler writes the signal's number to a
     wakeup socket from whichever thread the kernel picks; a thread reading it
-    waits for a log write or checkpoint save under way (`busy`, so neither is
-    cut in half), calls close() (the logs) and on_signal(signum), which ends
-    the process. Off the main thread (where signals cannot be set) it does
-    nothing."""
+    waits for a log write or checkpoint save under way (`busy`: the logger's
+    and the Saver's locks, so neither is cut in half), calls close() (the
+    logs) and on_signal(signum), which ends the process. Off the main thread
+    (where signals cannot be set) it does nothing."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, busy: threading.Lock, close: Callable[[], None],
+    def __init__(self, busy: Any, close: Callable[[], None],
                  on_signal: Callable[[int], None]):
         self.busy, self.close, self.on_signal = busy, close, on_signal
         self.sockets = None

@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import typing
 
@@ -439,3 +440,34 @@ def test_a_bad_profile_setting_is_one_line_and_exit_2_before_any_run_directory(s
     (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
     assert "RL_PROFILE must be AT,SECONDS,DIR" in line
     assert not list(tmp_path.iterdir())
+
+
+def test_checkpoints_are_written_beside_the_run_and_the_last_before_it_returns(tmp_path,
+                                                                              monkeypatch):
+    """The Saver's thread writes each checkpoint while the run goes on (logs
+    arrive during a slow write), and the final one is on disk when main
+    returns."""
+    from common import checkpoint, logging as run_logging
+    orig_save, orig_write = checkpoint.save, run_logging.RunLogger.write
+    writing, seen = [], dict(threads=set(), logs_while_writing=0, chunks=[])
+
+    def slow_save(path, state, header):
+        writing.append(1)
+        seen["threads"].add(threading.current_thread().name.split("_")[0])
+        time.sleep(0.3)
+        orig_save(path, state, header)
+        seen["chunks"].append(header["chunk"])
+        writing.pop()
+
+    def write(self, step, metrics):
+        seen["logs_while_writing"] += bool(writing)
+        orig_write(self, step, metrics)
+
+    monkeypatch.setattr(checkpoint, "save", slow_save)
+    monkeypatch.setattr(run_logging.RunLogger, "write", write)
+    argv = [a if a != "400" else "4000" for a in SEEDS[:-1]] + ["1000", "--log-dir", str(tmp_path)]
+    td3.main(argv)
+    (run_dir,) = list(tmp_path.iterdir())
+    assert seen["threads"] == {"checkpoint"}, seen
+    assert seen["logs_while_writing"] > 0, seen
+    assert checkpoint.read_header(str(run_dir))["chunk"] == seen["chunks"][-1] == 3, seen
