@@ -375,6 +375,13 @@ class Saver:
         if self.last is not None:
             self.last.result()
 
+    def close(self) -> None:
+        """wait(), and the thread ends."""
+        try:
+            self.wait()
+        finally:
+            self.pool.shutdown()
+
 
 def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
              run_dir: str) -> Tuple[RunLogger, agent.Hooks, Saver]:
@@ -450,10 +457,10 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
                 profile:
             states, history = run(states, start_chunk, members, diverged_at)
             jax.block_until_ready(states)
-            saver.wait()
+            saver.close()
     except BaseException:
         try:  # a failed run still writes the good checkpoint it handed over
-            saver.wait()
+            saver.close()
         except Exception:
             pass
         logger.close()
