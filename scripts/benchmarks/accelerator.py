@@ -143,9 +143,11 @@ def run(args) -> int:
     from common.errors import UserError
     if (min(args.batch_sizes) < 1 or args.updates < 1 or args.repeats < 1 or args.minutes <= 0
             or min(args.loop_envs) < 1 or not 0 < min(args.loop_ups) <= max(args.loop_ups) <= 1
-            or min(args.seed_counts) < 1 or args.seed_minutes <= 0):
+            or min(args.seed_counts) < 1 or args.seed_minutes <= 0 or args.profile_at < 0
+            or args.profile_seconds <= 0):
         raise UserError("--batch-sizes, --updates, --repeats, --minutes, --loop-envs, "
-                        "--seed-counts and --seed-minutes must be positive, --loop-ups in (0, 1]")
+                        "--seed-counts, --seed-minutes and --profile-seconds must be positive, "
+                        "--profile-at not negative, --loop-ups in (0, 1]")
     out = args.out or (os.path.join(ROOT, "bench", "accelerator") if args.quick else RESULTS)
     if args.part == "update" and args.split_probe:
         split_probe("cartpole_balance" if args.quick else args.task,
