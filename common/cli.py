@@ -350,7 +350,7 @@ def starting_point(spec: agent.Agent, plan: Plan, train: agent.Train,
 
 class Saver:
     """Writes checkpoints on a thread of its own, one at a time and in order,
-    while the device trains on: a TPU run waited 2-2.5 s on each write of its
+    while the device trains on: a TPU run waited 2.2-2.5 s on each write of its
     350 MiB state, every 1M env steps (docs/accelerator.md). Each write holds
     `writing` (not the logger's lock: the chunks' logs go on meanwhile), so
     that Interrupt waits for one under way; a write still queued when the

@@ -444,23 +444,28 @@ def test_a_bad_profile_setting_is_one_line_and_exit_2_before_any_run_directory(s
 
 def test_checkpoints_are_written_beside_the_run_and_the_last_before_it_returns(tmp_path,
                                                                               monkeypatch):
-    """The Saver's thread writes each checkpoint while the run goes on (logs
-    arrive during a slow write), and the final one is on disk when main
-    returns."""
+    """The Saver's thread writes each checkpoint while the run goes on (the
+    first write lasts until the next chunk's log has arrived: a save that
+    blocked the run would wait out the timeout instead), and the final one
+    is on disk when main returns."""
     from common import checkpoint, logging as run_logging
     orig_save, orig_write = checkpoint.save, run_logging.RunLogger.write
-    writing, seen = [], dict(threads=set(), logs_while_writing=0, chunks=[])
+    writing, logged = [], threading.Event()
+    seen = dict(threads=set(), logs_while_writing=0, chunks=[])
 
     def slow_save(path, state, header):
         writing.append(1)
         seen["threads"].add(threading.current_thread().name.split("_")[0])
-        time.sleep(0.3)
+        if not seen["chunks"]:
+            logged.wait(30)
         orig_save(path, state, header)
         seen["chunks"].append(header["chunk"])
         writing.pop()
 
     def write(self, step, metrics):
-        seen["logs_while_writing"] += bool(writing)
+        if writing:
+            seen["logs_while_writing"] += 1
+            logged.set()
         orig_write(self, step, metrics)
 
     monkeypatch.setattr(checkpoint, "save", slow_save)

@@ -677,9 +677,11 @@ def profile_run(task: str, algo: str, flags: List[str], at: float, seconds: floa
     env = dict(os.environ, RL_PROFILE=f"{at},{seconds},{trace_dir}")
     proc = subprocess.Popen(cmd + ["--log-dir", os.path.join(out, "profiles", "runs")], cwd=ROOT,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said = []
     for line in proc.stderr:  # the run says when the trace is written
         if line.startswith("profile: "):
             break
+        said = (said + [line.rstrip()])[-3:]
     proc.send_signal(signal.SIGINT)
     try:
         proc.communicate(timeout=60)
@@ -687,7 +689,8 @@ def profile_run(task: str, algo: str, flags: List[str], at: float, seconds: floa
         proc.kill()
     traces = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
     if not traces:
-        return f"{task} {algo}: no trace (the run ended before {at:g} s of running?)"
+        return (f"{task} {algo}: no trace; the run ended before {at:g} s of running, its "
+                f"last words: " + " / ".join(x for x in said if x))
     return f"{shown_command(cmd)}, a {seconds:g} s trace from {at:g} s:\n" + \
         trace_summary(max(traces, key=os.path.getmtime))
 
