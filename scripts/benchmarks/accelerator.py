@@ -681,6 +681,8 @@ def profile_run(task: str, algo: str, flags: List[str], at: float, seconds: floa
     for line in proc.stderr:  # the run says when the trace is written
         if line.startswith("profile: "):
             break
+        if line.startswith("split step"):  # $RL_SPLIT_TIMES's lines, if set
+            print(line.rstrip(), flush=True)
         said = (said + [line.rstrip()])[-3:]
     proc.send_signal(signal.SIGINT)
     try:
@@ -743,7 +745,52 @@ def trace_summary(path: str, top: int = 12) -> str:
                     line += (f"; {name} repeats every {np.median(np.diff(starts)) / 1e3:.2f} ms "
                              f"(median of {len(starts) - 1})")
             out.append(line)
+            if longest:
+                out += chunk_breakdown(ops, [e for e in tops if e["name"] == name])
     return "\n".join(out)
+
+
+def _scope(e) -> str:
+    """An op's place in the program, from its name stack (the trace's
+    `tf_op`, where the profiler gives one): the last components that are not
+    jit/while/cond/vmap plumbing."""
+    stack = str(e.get("args", {}).get("tf_op", ""))
+    parts = [p for p in stack.split("/") if p and not re.match(
+        r"(jit|pjit|vmap|jvp|transpose|while|body|cond|branch_\d+_fun|checkpoint|remat)\b", p)]
+    return "/".join(parts[-3:])
+
+
+def chunk_breakdown(ops: List[Dict], chunks: List[Dict], top: int = 20) -> List[str]:
+    """Where a chunk's time goes on the device: its leaf ops (those with no
+    op inside them) summed by kind (the op's name without its number, and
+    its scope) per chunk, and the chunk's time in no leaf op (control flow,
+    waits between ops)."""
+    import collections
+    if not chunks:
+        return []
+    ops = sorted(ops, key=lambda e: (e["ts"], -e["dur"]))
+    leaf = [True] * len(ops)
+    stack: List[int] = []
+    for k, e in enumerate(ops):  # containment: an op inside the one below it on the stack
+        while stack and ops[stack[-1]]["ts"] + ops[stack[-1]]["dur"] <= e["ts"]:
+            stack.pop()
+        if stack:
+            leaf[stack[-1]] = False
+        stack.append(k)
+    kinds, covered = collections.Counter(), 0.0
+    for c in chunks:
+        for k, e in enumerate(ops):
+            if leaf[k] and e is not c and c["ts"] <= e["ts"] < c["ts"] + c["dur"]:
+                kind = re.sub(r"\.\d+$", "", e["name"])
+                kinds[(kind, _scope(e))] += e["dur"]
+                covered += e["dur"]
+    n, mean = len(chunks), sum(c["dur"] for c in chunks) / len(chunks)
+    keys = sorted({k for e in ops for k in e.get("args", {})})[:12]
+    lines = [f"  a chunk's leaf ops, ms per chunk (mean over {n}, chunk {mean / 1e3:.2f} ms; "
+             f"in no leaf op {(mean - covered / n) / 1e3:.2f} ms; op args: {', '.join(keys)}):"]
+    lines += [f"    {d / n / 1e3:8.3f} ms  {kind:28s} {scope[:80]}"
+              for (kind, scope), d in kinds.most_common(top)]
+    return lines
 
 
 def run_command(task: str, algo: str, eval_every: int, flags: List[str],
