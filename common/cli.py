@@ -348,22 +348,20 @@ def starting_point(spec: agent.Agent, plan: Plan, train: agent.Train,
     return header["run_dir"], states, start_chunk
 
 
-class Saver:
-    """Writes checkpoints on a thread of its own, one at a time and in order,
-    while the device trains on: a TPU run waited 2.2-2.5 s on each write of its
-    350 MiB state, every 1M env steps (docs/accelerator.md). Each write holds
-    `writing` (not the logger's lock: the chunks' logs go on meanwhile), so
-    that Interrupt waits for one under way; a write still queued when the
-    process is stopped is not made, and the checkpoint before it stays
-    (checkpoint.save replaces the file whole)."""
+class Background:
+    """Runs writes on a thread of its own (`name`), one at a time and in
+    order, each holding `lock`, while the device trains on. submit() first
+    waits for the write before it, so at most one is pending and its error
+    reaches the next submit. Interrupt takes the lock: a write under way is
+    finished, and one not yet begun is not made (the process ends)."""
 
-    def __init__(self):
+    def __init__(self, name: str, lock: Optional[threading.Lock] = None):
         import concurrent.futures
-        self.writing, self.last = threading.Lock(), None
-        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
+        self.lock, self.last = lock or threading.Lock(), None
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
 
     def _locked(self, write: Callable[[], None]) -> None:
-        with self.writing:
+        with self.lock:
             write()
 
     def submit(self, write: Callable[[], None]) -> None:
@@ -384,11 +382,15 @@ class Saver:
 
 
 def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
-             run_dir: str) -> Tuple[RunLogger, agent.Hooks, Saver]:
+             run_dir: str) -> Tuple[RunLogger, agent.Hooks, Tuple[Background, Background]]:
     """The run directory's logger (a TensorBoard stream per local member),
     the hooks that log and checkpoint into it, each call gathered from the
-    shards of all devices first (parallel.Gather), and the Saver that writes
-    the checkpoints."""
+    shards of all devices first (parallel.Gather), and the two Background
+    writers (logs, checkpoints) that write them beside the run. The device
+    waited on each write: a chunk's log writes in about 0.6 ms (a 2-core
+    CPU), and D4PG's 35 ms chunks on a TPU waited 1.35 ms in the chunk's own
+    host call; a checkpoint of its 350 MiB state held it 2.2-2.5 s
+    (docs/accelerator.md)."""
     from common import parallel, sweep
     config = plan.config
     local = parallel.local_members(plan.mesh, plan.num_members)
@@ -401,11 +403,11 @@ def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
     logger = RunLogger(run_dir, config, train.schedule.total_steps, streams, tags=tags)
     ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
 
-    def log(step, members, metrics):
-        with logger.busy:
-            logger.write(step, metrics)
+    logs, saver = Background("log", logger.busy), Background("checkpoint")
 
-    saver = Saver()
+    def log(step, members, metrics):  # the arrays are the call's: copies go to the thread
+        metrics = {k: np.array(v) for k, v in metrics.items()}
+        logs.submit(lambda: logger.write(step, metrics))
 
     def save(chunk, members, state_and_diverged):  # state: Gather's own copies
         state, diverged_at = state_and_diverged
@@ -424,7 +426,7 @@ def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
 
     hooks = agent.Hooks(lambda lead, step, metrics, member: gather_log(step, member, metrics),
                         checkpoint)
-    return logger, hooks, saver
+    return logger, hooks, (logs, saver)
 
 
 def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: str, states,
@@ -437,7 +439,8 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
     mesh, resumed = plan.mesh, states is not None
     profile = Profile.from_env()
     created = not os.path.exists(run_dir)
-    logger, hooks, saver = open_run(spec, plan, train, run_dir)
+    logger, hooks, writers = open_run(spec, plan, train, run_dir)
+    logs, saver = writers
     ckpt_path = os.path.join(run_dir, ckpt.CHECKPOINT_FILE)
     init, run = parallel.compile_members(train, mesh, hooks)
     try:
@@ -452,17 +455,19 @@ def train_members(spec: agent.Agent, plan: Plan, train: agent.Train, run_dir: st
             diverged_at = parallel.put(np.asarray(diverged_at, np.int32), mesh, plan.num_members,
                                        parallel.local_members(mesh, plan.num_members))
         with Watchdog(stall_timeout(), lambda idle: _stalled(idle, ckpt_path)), \
-                Interrupt(Locks(logger.busy, saver.writing), logger.close,
+                Interrupt(Locks(logger.busy, saver.lock), logger.close,
                           lambda sig: _interrupted(sig, ckpt_path)), \
                 profile:
             states, history = run(states, start_chunk, members, diverged_at)
             jax.block_until_ready(states)
+            logs.close()
             saver.close()
     except BaseException:
-        try:  # a failed run still writes the good checkpoint it handed over
-            saver.close()
-        except Exception:
-            pass
+        for writer in writers:  # a failed run still writes the good checkpoint it handed over
+            try:
+                writer.close()
+            except Exception:
+                pass
         logger.close()
         if created and not resumed and not os.path.exists(ckpt_path):
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -634,7 +639,7 @@ class Interrupt:
     chunk broken. Python's C-level handler writes the signal's number to a
     wakeup socket from whichever thread the kernel picks; a thread reading it
     waits for a log write or checkpoint save under way (`busy`: the logger's
-    and the Saver's locks, so neither is cut in half), calls close() (the
+    and the checkpoint writer's locks, so neither is cut in half), calls close() (the
     logs) and on_signal(signum), which ends the process. Off the main thread
     (where signals cannot be set) it does nothing."""
 

@@ -444,10 +444,11 @@ def test_a_bad_profile_setting_is_one_line_and_exit_2_before_any_run_directory(s
 
 def test_checkpoints_are_written_beside_the_run_and_the_last_before_it_returns(tmp_path,
                                                                               monkeypatch):
-    """The Saver's thread writes each checkpoint while the run goes on (the
+    """A thread of its own writes each checkpoint while the run goes on (the
     first write lasts until the next chunk's log has arrived: a save that
     blocked the run would wait out the timeout instead), and the final one
-    is on disk when main returns."""
+    is on disk when main returns; another writes the logs, every chunk's
+    written by then too."""
     from common import checkpoint, logging as run_logging
     orig_save, orig_write = checkpoint.save, run_logging.RunLogger.write
     writing, logged = [], threading.Event()
@@ -463,6 +464,8 @@ def test_checkpoints_are_written_beside_the_run_and_the_last_before_it_returns(t
         writing.pop()
 
     def write(self, step, metrics):
+        seen.setdefault("log_threads", set()).add(threading.current_thread().name.split("_")[0])
+        seen.setdefault("steps", []).append(step)
         if writing:
             seen["logs_while_writing"] += 1
             logged.set()
@@ -473,6 +476,7 @@ def test_checkpoints_are_written_beside_the_run_and_the_last_before_it_returns(t
     argv = [a if a != "400" else "4000" for a in SEEDS[:-1]] + ["1000", "--log-dir", str(tmp_path)]
     td3.main(argv)
     (run_dir,) = list(tmp_path.iterdir())
-    assert seen["threads"] == {"checkpoint"}, seen
+    assert seen["threads"] == {"checkpoint"} and seen["log_threads"] == {"log"}, seen
+    assert seen["steps"] == sorted(seen["steps"]) and seen["steps"][-1] == 4000, seen
     assert seen["logs_while_writing"] > 0, seen
     assert checkpoint.read_header(str(run_dir))["chunk"] == seen["chunks"][-1] == 3, seen
