@@ -389,8 +389,9 @@ def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
     writers (logs, checkpoints) that write them beside the run. The device
     waited on each write: a chunk's log writes in about 0.6 ms (a 2-core
     CPU), and D4PG's 35 ms chunks on a TPU waited 1.35 ms in the chunk's own
-    host call; a checkpoint of its 350 MiB state held it 2.2-2.5 s
-    (docs/accelerator.md)."""
+    host call; a checkpoint of its 350 MiB state cost a TPU run 2.8 s
+    written inside the call, 2.0-2.1 s written beside it, the rest being the
+    state's transfer (docs/accelerator.md)."""
     from common import parallel, sweep
     config = plan.config
     local = parallel.local_members(plan.mesh, plan.num_members)
