@@ -134,6 +134,9 @@ def add_arguments(p) -> None:
                    help="update: only whether the device computes while the host steps the "
                         "envs (the step split around device work, as --overlap-physics does) "
                         "at each --loop-envs, ms per iteration")
+    p.add_argument("--group-probe", action="store_true",
+                   help="update: only the native step of each --loop-envs batch handed to "
+                        "the host in 1, 2 and 4 staggered groups, ms per iteration")
     p.add_argument("--sample-variants", action="store_true",
                    help="update: only the forms of replay.sample (replay.SAMPLERS), timed "
                         "in turn in one process, ms per call")
@@ -151,6 +154,10 @@ def run(args) -> int:
     out = args.out or (os.path.join(ROOT, "bench", "accelerator") if args.quick else RESULTS)
     if args.part == "update" and args.split_probe:
         split_probe("cartpole_balance" if args.quick else args.task,
+                    [16] if args.quick else args.loop_envs, max(args.repeats, 5))
+        return 0
+    if args.part == "update" and args.group_probe:
+        group_probe("cartpole_balance" if args.quick else args.task,
                     [16] if args.quick else args.loop_envs, max(args.repeats, 5))
         return 0
     if args.part == "update" and args.sample_variants:
@@ -325,6 +332,69 @@ def update_parts(task: str, batch_sizes: List[int], n: int, repeats: int,
     return out
 
 
+def scan_ms(body: Callable, carry, iters: int, repeats: int) -> float:
+    """ms per iteration of a jitted scan of `iters` calls of body (carry ->
+    carry), the median of `repeats` timed calls after a first (compile)."""
+    import jax
+    f = jax.jit(lambda c: jax.lax.scan(lambda c, _: (body(c), None), c, None, iters)[0])
+    jax.block_until_ready(f(carry))
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(carry))
+        ts.append((time.perf_counter() - t0) / iters * 1e3)
+    return float(np.median(ts))
+
+
+def grouped_step(native, bits, action, groups: int):
+    """The native step of a batch of envs (leading axis) in `groups` equal
+    parts, staggered: every part's step is handed to the host (step_start)
+    before the first part's results are taken (step_finish), so the host
+    steps one part's physics while the others' operands and results travel.
+    Returns the new states' bits, as the whole batch's step does."""
+    import jax
+    import jax.numpy as jnp
+    n = bits.shape[0] // groups
+    tickets, last = [], None
+    for g in range(groups):
+        b, a = bits[g * n:(g + 1) * n], action[g * n:(g + 1) * n]
+        if last is not None:  # the next start after the last one
+            last, b, a = jax.lax.optimization_barrier((last, b, a))
+        last = jax.vmap(native.step_start)(b, a)
+        tickets.append(last)
+    out = []
+    for t in tickets:  # each finish after every start and the finish before it
+        t, last = jax.lax.optimization_barrier((t, last))
+        new, _, _ = jax.vmap(native.step_finish)(t)
+        out.append(new)
+        last = new
+    return jnp.concatenate(out)
+
+
+def group_probe(task: str, env_counts: List[int], repeats: int, groups=(1, 2, 4),
+                iters: int = 32) -> None:
+    """Prints, per envs count, ms per iteration (median of `repeats` scans of
+    `iters`) of the native step alone (no policy, zero actions), the batch
+    handed over as `groups` staggered parts (grouped_step; 1: the whole
+    batch in one start and finish). Fewer ms with more parts means the
+    host calls' transfers, not the physics, are what an iteration waits
+    for beyond its physics, and that stepping the envs in staggered groups
+    would hide them."""
+    import jax
+    import jax.numpy as jnp
+    from common import envs
+    env = envs.make(task, "native")
+    print(f"The native step in staggered groups ({task}, {device_line()}), ms per "
+          f"iteration:\n\n| envs | " + " | ".join(f"{g} group{'s' * (g > 1)}" for g in groups)
+          + " |\n|---:|" + "---:|" * len(groups), flush=True)
+    for E in env_counts:
+        bits = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), E)).physics
+        act = jnp.zeros((E, env.action_size))
+        ms = [scan_ms(lambda b: grouped_step(env.native, b, act, g), bits, iters, repeats)
+              if E % g == 0 else float("nan") for g in groups]
+        print(f"| {E} | " + " | ".join(f"{v:.3f}" for v in ms) + " |", flush=True)
+
+
 def split_probe(task: str, env_counts: List[int], repeats: int, iters: int = 32) -> None:
     """Prints, per envs count, ms per iteration (median of `repeats` scans of
     `iters`) of: physics (one native step of the batch, zero actions), work
@@ -343,14 +413,7 @@ def split_probe(task: str, env_counts: List[int], repeats: int, iters: int = 32)
         return jax.lax.fori_loop(0, k, lambda _, x: jnp.tanh(jnp.dot(x, W)), x)
 
     def timed(body, carry):
-        f = jax.jit(lambda c: jax.lax.scan(lambda c, _: (body(c), None), c, None, iters)[0])
-        jax.block_until_ready(f(carry))
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(f(carry))
-            ts.append((time.perf_counter() - t0) / iters * 1e3)
-        return float(np.median(ts))
+        return scan_ms(body, carry, iters, repeats)
 
     print(f"The env step split around device work ({task}, {device_line()}), ms per "
           f"iteration:\n\n| envs | physics | work | in order | split |\n|---:|---:|---:|---:|---:|",
