@@ -343,6 +343,7 @@ def make_train(config: Config) -> agent.Train:
     #     hooks.checkpoint     the state, at checkpoint chunks and the last
     validate(config)
     env = envs.make(config.env, config.backend)
+    groups = agent.env_groups(config.num_envs)
     schedule = make_schedule(config)
     num_iterations = schedule.num_chunks * schedule.chunk_iters
     E, T, A, D = config.num_envs, config.num_steps, env.action_size, env.observation_size
@@ -411,8 +412,12 @@ def make_train(config: Config) -> agent.Train:
             action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
             log_prob = gaussian_log_prob(action, mean, log_std)
             value = critic.apply(state.critic_params, obs)
-            next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, to_env(action),
-                                                                   state.pool)
+            if groups > 1:  # $RL_ENV_GROUPS: the host calls staggered, the same states
+                next_state, _ = env.step_while(env_state, to_env(action), state.pool,
+                                               lambda x: x, None, groups=groups)
+            else:
+                next_state = jax.vmap(env.step, in_axes=(0, 0, None))(env_state, to_env(action),
+                                                                       state.pool)
             next_value = critic.apply(state.critic_params,
                                       obs_in(stats, next_state.info["final_obs"]))
             done = next_state.terminated | next_state.truncated

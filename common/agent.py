@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
@@ -445,6 +446,21 @@ def skipped(step: Callable) -> Callable:
     return skip
 
 
+GROUPS_VAR = "RL_ENV_GROUPS"
+
+
+def env_groups(num_envs: int) -> int:
+    """$RL_ENV_GROUPS (default 1): the overlapped step hands the envs to the
+    host in that many staggered groups (Env.step_while's groups: the same
+    states bit for bit, so a knob of speed only, to be timed on an
+    accelerator before it becomes a default)."""
+    setting = os.environ.get(GROUPS_VAR, "1")
+    if not setting.isdigit() or int(setting) < 1 or num_envs % int(setting):
+        raise UserError(f"${GROUPS_VAR} must be a positive whole number that divides "
+                        f"--num-envs ({num_envs}), got {setting!r}")
+    return int(setting)
+
+
 def step_and_learn(env, state, action, learn: Callable, due, overlap: bool):
     """Every env steps once with `action`, replay takes the transitions and
     the due updates run (`lax.cond(due, learn, ...)` on the train state);
@@ -455,9 +471,10 @@ def step_and_learn(env, state, action, learn: Callable, due, overlap: bool):
 
     overlap False: the step, replay takes it, then the updates. overlap True:
     replay takes the previous step's transitions (`state.pending`), then the
-    updates run on the device while the host steps the envs (env.step_while)
-    and this step's transitions wait in `pending`: the updates see replay one
-    env step behind, and an accelerator need not wait for the host's physics."""
+    updates run on the device while the host steps the envs (env.step_while,
+    in env_groups() groups) and this step's transitions wait in `pending`: the
+    updates see replay one env step behind, and an accelerator need not wait
+    for the host's physics."""
     from common import replay
     env_state = state.env_state
     updates = learn if due is None else (
@@ -468,7 +485,8 @@ def step_and_learn(env, state, action, learn: Callable, due, overlap: bool):
         state, metrics = updates(state._replace(env_state=next_state, replay=buf))
         return state, metrics, next_state
     state = state._replace(replay=replay.add(state.replay, *state.pending))
-    next_state, (state, metrics) = env.step_while(env_state, action, state.pool, updates, state)
+    next_state, (state, metrics) = env.step_while(env_state, action, state.pool, updates, state,
+                                                  groups=env_groups(action.shape[0]))
     pending = replay.transition(env_state.obs, action, next_state)
     return state._replace(env_state=next_state, pending=pending), metrics, next_state
 

@@ -19,12 +19,15 @@ def cartpole():
     return envs.make("cartpole_balance", "native", pool_size=16)
 
 
-@pytest.mark.parametrize("packed", [False, True])
-def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeypatch, packed):
+@pytest.mark.parametrize("packed,groups", [(False, 1), (True, 1), (False, 3), (True, 3)])
+def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeypatch, packed,
+                                                               groups):
     """Nested vmap (seeds x envs): one start and one finish host call per
-    step, the same states as vmap(step), and fn's result. packed: as on an
-    accelerator, each host call's operands packed into one array each way
-    (hostcall.call(pack=None)), against the unpacked step."""
+    step and group (groups: the envs handed over in equal parts, every start
+    before the first finish), the same states as vmap(step), and fn's
+    result. packed: as on an accelerator, each host call's operands packed
+    into one array each way (hostcall.call(pack=None)), against the
+    unpacked step."""
     env, calls = cartpole, []
     for name in ("host_start", "host_finish"):
         orig = getattr(env.native, name)
@@ -43,7 +46,8 @@ def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeyp
 
     @jax.jit
     def split(keys, acts):
-        step = jax.vmap(lambda s, a, x: env.step_while(s, a, env.pool, lambda x: x + 1.0, x))
+        step = jax.vmap(lambda s, a, x: env.step_while(s, a, env.pool, lambda x: x + 1.0, x,
+                                                       groups=groups))
         return jax.lax.scan(lambda c, a: (step(*c[:1], a, c[1]), None),
                             (reset(keys), jnp.zeros(seeds)), acts)[0]
 
@@ -51,13 +55,15 @@ def test_step_while_is_the_step_bit_for_bit_with_fn_in_between(cartpole, monkeyp
     monkeypatch.setattr(hostcall, "packs_by_default", lambda: packed)
     operands = [(len(e.invars), len(e.outvars))
                 for e in _nested_host_calls(jax.make_jaxpr(split)(keys, acts).jaxpr)]
-    assert operands == ([(1, 1)] * 2 if packed else [(2, 1), (1, 3)]), operands
+    assert sorted(operands) == sorted(([(1, 1)] * 2 if packed else [(2, 1), (1, 3)]) * groups), \
+        operands
     out, counted = split(keys, acts)
     for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(out)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(counted), np.full(seeds, steps))
-    assert [c[0] for c in calls] == ["host_start", "host_finish"] * steps, calls
-    assert all(shape[:2] == (seeds, n) for _, shape in calls), calls
+    assert [c[0] for c in calls] == (["host_start"] * groups + ["host_finish"] * groups) * steps, \
+        calls
+    assert all(shape[:2] == (seeds, n // groups) for _, shape in calls), calls
     assert not env.native._jobs  # every started step was taken
 
 
@@ -158,6 +164,37 @@ def test_replay_takes_each_step_one_iteration_later_and_nothing_else_changes(tmp
     checkpoint.save(path, on, {"algo": "d4pg"})
     with pytest.raises(UserError, match=r"does not match this configuration .*it has \.pending"):
         checkpoint.load(path, jax.eval_shape(init[False], jax.random.PRNGKey(0)), {"algo": "d4pg"})
+
+
+def test_env_groups_change_the_schedule_of_host_calls_and_no_state(monkeypatch):
+    """$RL_ENV_GROUPS=2: D4PG's overlapped iterations, updates included, end
+    in the same state bit for bit as with one group, from two host starts
+    per step; a value that does not divide the envs is one clear error."""
+    from algos import d4pg
+    from common import agent
+    from common.errors import UserError
+    config = d4pg.Config(env="cartpole_balance", backend="native", num_envs=4,
+                         total_timesteps=40_000, learning_starts=16, buffer_size=64,
+                         batch_size=8, hidden_sizes=(8, 8), num_atoms=11, eval_every=0,
+                         checkpoint_every=0, overlap_physics=True)
+    out = {}
+    for groups in ("1", "2"):
+        monkeypatch.setenv(agent.GROUPS_VAR, groups)
+        train = d4pg.make_train(config)
+        scan = lambda s: jax.lax.scan(train.iteration, s, jnp.arange(12))[0]
+        starts = _host_calls(jax.make_jaxpr(train.iteration)(
+            jax.eval_shape(train.init, jax.random.PRNGKey(0)), jnp.int32(5)).jaxpr, "host_start")
+        assert len(starts) == int(groups)
+        out[groups] = jax.device_get(jax.jit(scan)(train.init(jax.random.PRNGKey(3))))
+    first = jax.device_get(train.init(jax.random.PRNGKey(3)))
+    assert not all(np.array_equal(a, b) for a, b in zip(  # the updates ran
+        jax.tree.leaves(first.critic_params), jax.tree.leaves(out["2"].critic_params)))
+    for a, b in zip(jax.tree.leaves(out["1"]), jax.tree.leaves(out["2"])):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setenv(agent.GROUPS_VAR, "3")
+    with pytest.raises(UserError, match=r"RL_ENV_GROUPS must .* divides --num-envs \(4\)"):
+        jax.eval_shape(d4pg.make_train(config).iteration,
+                       jax.eval_shape(train.init, jax.random.PRNGKey(0)), jnp.int32(5))
 
 
 def test_split_times_report_physics_and_the_devices_wait(cartpole, monkeypatch, capsys):

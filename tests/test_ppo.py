@@ -72,6 +72,26 @@ def test_checkpoint_of_other_agent_or_shape_is_refused(tiny_run, tmp_path, capsy
 
 # --------------------------------------------------------------------- maths
 
+def test_env_groups_stagger_the_host_calls_and_change_no_state(monkeypatch):
+    """$RL_ENV_GROUPS=2: two rollouts and their updates end in the same state,
+    bit for bit, as with the whole batch stepped at once."""
+    from common.envs import native
+    config = dataclasses.replace(TINY, num_seeds=1)
+    out, starts = {}, []
+    start = native.NativePhysics.host_start
+    monkeypatch.setattr(native.NativePhysics, "host_start",
+                        lambda self, bits, action: (starts.append(bits.shape[0]),
+                                                    start(self, bits, action))[1])
+    for groups in ("1", "2"):
+        monkeypatch.setenv(agent.GROUPS_VAR, groups)
+        train = ppo.make_train(config)
+        run = jax.jit(lambda s: jax.lax.scan(train.iteration, s, jnp.arange(2))[0])
+        out[groups] = jax.device_get(run(train.init(jax.random.PRNGKey(3))))
+    for a, b in zip(jax.tree.leaves(out["1"]), jax.tree.leaves(out["2"])):
+        np.testing.assert_array_equal(a, b)
+    assert starts == [2] * 2 * 2 * TINY.num_steps, starts  # 2 groups of 2 envs, per step
+
+
 def test_gae_hand_computed_with_termination_and_truncation():
     """gamma 0.9, lambda 0.5; step 1 terminates (no bootstrap), step 2 is
     truncated (bootstraps from V(final obs) = 40, not from V(s_3) = 40's

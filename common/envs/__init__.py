@@ -298,23 +298,49 @@ class Env:
         return self._stepped(state, action, physics, raw, bad, pool)
 
     def step_while(self, state: EnvState, action: jnp.ndarray, pool: Optional[Pool],
-                   fn: Callable[[Any], Any], arg: Any) -> Tuple[EnvState, Any]:
+                   fn: Callable[[Any], Any], arg: Any, groups: int = 1) -> Tuple[EnvState, Any]:
         """`vmap(step)` over a batch of envs (leading axis, one `pool`) and
         `fn(arg)`, which must not need the step: on the native backend the
         device computes fn(arg) while the host steps the physics (an
         accelerator then waits only for the longer of the two). The same
-        states, bit for bit, as `step`. Returns (next states, fn(arg))."""
+        states, bit for bit, as `step`. Returns (next states, fn(arg)).
+
+        groups > 1 (dividing the batch): the envs go to the host in that
+        many equal parts, each started before fn and finished after it in
+        turn, so that the host steps one part while the next one's
+        operands, or the last one's results, travel and the device takes
+        in the part before (`python scripts/benchmark.py accelerator update
+        --group-probe` times it)."""
         pool = self.pool if pool is None else pool
         if self.backend == "mjx":
             return jax.vmap(self.step, in_axes=(0, 0, None))(state, action, pool), fn(arg)
         action = jax.vmap(self._clean_action)(action)
-        ticket = jax.vmap(self.native.step_start)(state.physics, action)
-        ticket, arg = jax.lax.optimization_barrier((ticket, arg))  # fn once the step started
+        n = action.shape[0] // groups
+        if n * groups != action.shape[0]:
+            raise UserError(f"{action.shape[0]} envs do not split into {groups} equal groups")
+        part = (lambda tree, g: tree) if groups == 1 else (
+            lambda tree, g: jax.tree.map(lambda x: x[g * n:(g + 1) * n], tree))
+        tickets = []
+        for g in range(groups):
+            bits, act = part(state.physics, g), part(action, g)
+            if tickets:  # each start after the one before
+                _, bits, act = jax.lax.optimization_barrier((tickets[-1], bits, act))
+            tickets.append(jax.vmap(self.native.step_start)(bits, act))
+        last, arg = jax.lax.optimization_barrier((tickets[-1], arg))  # fn once all started
+        tickets[-1] = last
         out = fn(arg)
-        ticket, out = jax.lax.optimization_barrier((ticket, out))  # its end waits for fn
-        physics, raw, bad = jax.vmap(self.native.step_finish)(ticket)
-        return jax.vmap(self._stepped, in_axes=(0, 0, 0, 0, 0, None))(
-            state, action, physics, raw, bad, pool), out
+        parts = []
+        for g, ticket in enumerate(tickets):  # each end after fn, and after the part before
+            if g == 0:
+                ticket, out = jax.lax.optimization_barrier((ticket, out))
+            else:
+                ticket, _ = jax.lax.optimization_barrier((ticket, parts[-1]))
+            physics, raw, bad = jax.vmap(self.native.step_finish)(ticket)
+            parts.append(jax.vmap(self._stepped, in_axes=(0, 0, 0, 0, 0, None))(
+                part(state, g), part(action, g), physics, raw, bad, pool))
+        if groups == 1:
+            return parts[0], out
+        return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts), out
 
     def _clean_action(self, action: jnp.ndarray) -> jnp.ndarray:
         # a non-finite action (a diverged policy's) never reaches the physics: 0 instead

@@ -135,7 +135,7 @@ def add_arguments(p) -> None:
                         "envs (the step split around device work, as --overlap-physics does) "
                         "at each --loop-envs, ms per iteration")
     p.add_argument("--group-probe", action="store_true",
-                   help="update: only the native step of each --loop-envs batch handed to "
+                   help="update: only the env step of each --loop-envs batch handed to "
                         "the host in 1, 2 and 4 staggered groups, ms per iteration")
     p.add_argument("--sample-variants", action="store_true",
                    help="update: only the forms of replay.sample (replay.SAMPLERS), timed "
@@ -346,52 +346,27 @@ def scan_ms(body: Callable, carry, iters: int, repeats: int) -> float:
     return float(np.median(ts))
 
 
-def grouped_step(native, bits, action, groups: int):
-    """The native step of a batch of envs (leading axis) in `groups` equal
-    parts, staggered: every part's step is handed to the host (step_start)
-    before the first part's results are taken (step_finish), so the host
-    steps one part's physics while the others' operands and results travel.
-    Returns the new states' bits, as the whole batch's step does."""
-    import jax
-    import jax.numpy as jnp
-    n = bits.shape[0] // groups
-    tickets, last = [], None
-    for g in range(groups):
-        b, a = bits[g * n:(g + 1) * n], action[g * n:(g + 1) * n]
-        if last is not None:  # the next start after the last one
-            last, b, a = jax.lax.optimization_barrier((last, b, a))
-        last = jax.vmap(native.step_start)(b, a)
-        tickets.append(last)
-    out = []
-    for t in tickets:  # each finish after every start and the finish before it
-        t, last = jax.lax.optimization_barrier((t, last))
-        new, _, _ = jax.vmap(native.step_finish)(t)
-        out.append(new)
-        last = new
-    return jnp.concatenate(out)
-
-
 def group_probe(task: str, env_counts: List[int], repeats: int, groups=(1, 2, 4),
                 iters: int = 32) -> None:
     """Prints, per envs count, ms per iteration (median of `repeats` scans of
-    `iters`) of the native step alone (no policy, zero actions), the batch
-    handed over as `groups` staggered parts (grouped_step; 1: the whole
-    batch in one start and finish). Fewer ms with more parts means the
-    host calls' transfers, not the physics, are what an iteration waits
-    for beyond its physics, and that stepping the envs in staggered groups
-    would hide them."""
+    `iters`) of the env step alone (zero actions, nothing for the device to
+    do meanwhile), the batch handed to the host in `groups` staggered parts
+    (Env.step_while's groups; 1: the whole batch in one start and finish).
+    Fewer ms with more parts means that the host calls' transfers, not the
+    physics, are what an iteration waits for beyond its physics, and that
+    staggered groups hide them."""
     import jax
     import jax.numpy as jnp
     from common import envs
     env = envs.make(task, "native")
-    print(f"The native step in staggered groups ({task}, {device_line()}), ms per "
+    print(f"The env step in staggered groups ({task}, {device_line()}), ms per "
           f"iteration:\n\n| envs | " + " | ".join(f"{g} group{'s' * (g > 1)}" for g in groups)
           + " |\n|---:|" + "---:|" * len(groups), flush=True)
     for E in env_counts:
-        bits = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), E)).physics
+        state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), E))
         act = jnp.zeros((E, env.action_size))
-        ms = [scan_ms(lambda b: grouped_step(env.native, b, act, g), bits, iters, repeats)
-              if E % g == 0 else float("nan") for g in groups]
+        ms = [scan_ms(lambda s: env.step_while(s, act, env.pool, lambda x: x, 0.0, groups=g)[0],
+                      state, iters, repeats) if E % g == 0 else float("nan") for g in groups]
         print(f"| {E} | " + " | ".join(f"{v:.3f}" for v in ms) + " |", flush=True)
 
 
