@@ -33,7 +33,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import callback as _jax_callback  # op sharding of a callback (inside shard_map)
 from jax.extend.core import Primitive
-from jax.extend.mlir.dialects import stablehlo
 from jax.interpreters import batching, mlir
 
 _last = [0.0]
@@ -135,39 +134,12 @@ def _impl(*args, fn: _Fn, lead: tuple):
     return [jnp.asarray(o) for o in fn(*(np.asarray(a) for a in args))]
 
 
-class _Flat:
-    """fn with its operands and results flat (1-D) across the call: a TPU
-    linearises each 2-D host transfer into its tiled layout with transposes
-    on the host (0.2-0.9 ms per call in D4PG's humanoid loop), a 1-D one is
-    a copy. The device reshapes each way."""
-
-    def __init__(self, fn: _Fn, avals_in, avals_out):
-        self.fn, self.avals_in, self.avals_out = fn, avals_in, avals_out
-
-    def __call__(self, *flat):
-        out = self.fn(*(a.reshape(v.shape) for a, v in zip(flat, self.avals_in)))
-        return tuple(np.ascontiguousarray(o).reshape(-1) for o in out)
-
-
-def _reshape(ctx, value, aval):
-    return stablehlo.reshape(mlir.aval_to_ir_type(ctx.module_context, aval), value)
-
-
 def _lowering(ctx, *args, fn: _Fn, lead: tuple):
-    call_ctx, host = ctx, fn
-    if fn.packed is not None and lead:  # one array each way, batched: sent flat
-        flat = lambda v: jax.core.ShapedArray((math.prod(v.shape),), v.dtype)
-        call_ctx = ctx.replace(avals_in=[flat(v) for v in ctx.avals_in],
-                               avals_out=[flat(v) for v in ctx.avals_out])
-        args = [_reshape(ctx, a, v) for a, v in zip(args, call_ctx.avals_in)]
-        host = _Flat(fn, ctx.avals_in, ctx.avals_out)
     sharding = _jax_callback._callback_op_sharding(ctx.module_context.axis_context, None,
-                                                   call_ctx.avals_out)
+                                                   ctx.avals_out)
     result, _, _ = mlir.emit_python_callback(
-        call_ctx, host, None, list(args), call_ctx.avals_in, call_ctx.avals_out,
-        has_side_effect=False, returns_token=False, sharding=sharding)
-    if host is not fn:
-        result = [_reshape(ctx, r, v) for r, v in zip(result, ctx.avals_out)]
+        ctx, fn, None, list(args), ctx.avals_in, ctx.avals_out, has_side_effect=False,
+        returns_token=False, sharding=sharding)
     return result
 
 

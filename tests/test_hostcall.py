@@ -1,6 +1,4 @@
 """hostcall.call(pack=True): one operand each way, the same values as unpacked."""
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,10 +47,6 @@ def test_packed_call_returns_what_the_unpacked_one_does_under_vmap(nested):
         *jax.tree.map(lambda v: v[0], args()))
     eqn, = [e for e in jaxpr.eqns if e.primitive.name == "host_call"]
     assert len(eqn.invars) == 1 and len(eqn.outvars) == 1
-    # and under vmap the transfer each way is flat (a TPU lays out 2-D ones by transposes)
-    text = f(True).lower(*a).as_text()
-    call, = [ln for ln in text.splitlines() if "callback" in ln and "custom_call" in ln]
-    assert re.search(r"\(tensor<\d+xui32>\) -> tensor<\d+xui32>", call), call
 
 
 def test_pack_refuses_what_it_cannot_carry_exactly():
