@@ -156,9 +156,10 @@ def test_accelerator_recipe_replaces_the_task_defaults_on_an_accelerator_only(mo
 @pytest.mark.parametrize("algo", ("ddpg", "td3", "d4pg", "td4", "sac", "mpo"))
 def test_off_policy_agents_overlap_physics_on_an_accelerator_humanoid_only(
         algo, monkeypatch, tmp_path):
-    """The off-policy accelerator recipe: --overlap-physics on the humanoid tasks
-    where learning runs on an accelerator, nowhere on a CPU (the one-core
-    benchmark's program is unchanged), and --no-overlap-physics turns it off."""
+    """The off-policy accelerator recipe: --overlap-physics and a checkpoint
+    every 5M env steps on the humanoid tasks where learning runs on an
+    accelerator, nowhere on a CPU (the one-core benchmark's program is
+    unchanged), and --no-overlap-physics turns the first off."""
     mod = importlib.import_module(f"algos.{algo}")
     monkeypatch.setenv(cli.CACHE_VAR, str(tmp_path / "cache"))
     envs_default = mod.AGENT.defaults_for("humanoid_run")["num_envs"]
@@ -167,6 +168,8 @@ def test_off_policy_agents_overlap_physics_on_an_accelerator_humanoid_only(
         for task in ("humanoid_walk", "humanoid_run", "walker_walk"):
             config = cli.parse(mod.AGENT, ["--env", task], announce=False)
             assert config.overlap_physics == (platform != "cpu" and task != "walker_walk")
+            if task != "walker_walk":  # checkpoints every few minutes wherever it runs
+                assert config.checkpoint_every == (1_000_000 if platform == "cpu" else 5_000_000)
         config = cli.parse(mod.AGENT, ["--env", "humanoid_run", "--no-overlap-physics"],
                            announce=False)
         assert not config.overlap_physics and config.num_envs == envs_default
