@@ -70,8 +70,6 @@ def test_checkpoint_of_other_agent_or_shape_is_refused(tiny_run, tmp_path, capsy
                                     bigger={"critic_hidden_sizes": (16,)})
 
 
-# --------------------------------------------------------------------- maths
-
 def test_env_groups_stagger_the_host_calls_and_change_no_state(monkeypatch):
     """$RL_ENV_GROUPS=2: two rollouts and their updates end in the same state,
     bit for bit, as with the whole batch stepped at once."""
@@ -91,6 +89,8 @@ def test_env_groups_stagger_the_host_calls_and_change_no_state(monkeypatch):
         np.testing.assert_array_equal(a, b)
     assert starts == [2] * 2 * 2 * TINY.num_steps, starts  # 2 groups of 2 envs, per step
 
+
+# --------------------------------------------------------------------- maths
 
 def test_gae_hand_computed_with_termination_and_truncation():
     """gamma 0.9, lambda 0.5; step 1 terminates (no bootstrap), step 2 is
