@@ -406,8 +406,7 @@ def open_run(spec: agent.Agent, plan: Plan, train: agent.Train,
 
     logs, saver = Background("log", logger.busy), Background("checkpoint")
 
-    def log(step, members, metrics):  # the arrays are the call's: copies go to the thread
-        metrics = {k: np.array(v) for k, v in metrics.items()}
+    def log(step, members, metrics):  # metrics: Gather's own copies, safe on the thread
         logs.submit(lambda: logger.write(step, metrics))
 
     def save(chunk, members, state_and_diverged):  # state: Gather's own copies
